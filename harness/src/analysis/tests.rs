@@ -1,0 +1,296 @@
+//! The analysis on small hand-written histories.
+
+use super::*;
+use crate::history::{ActionStream, CheckpointFinal, RunEnd, RunStart, UpstreamFinal};
+use crate::report_json::Totals;
+
+fn start() -> Record {
+    Record::RunStart(RunStart {
+        scenario: "hand-written".into(),
+        lease_ms: 3000,
+        renew_ms: 1000,
+        streams: 1,
+        workers: 2,
+        fencing: true,
+        ..RunStart::default()
+    })
+}
+
+fn end(t_ms: u64) -> Record {
+    Record::RunEnd(RunEnd {
+        t_ms,
+        receipts: 10,
+        ..RunEnd::default()
+    })
+}
+
+fn receipt(t_ms: u64, seq: u64, fence: u64, owner: &str, outcome: Outcome) -> Record {
+    Record::Receipt(Receipt {
+        t_ms,
+        stream_id: "s-0001".into(),
+        seq,
+        fence_token: fence,
+        owner_id: owner.into(),
+        outcome,
+    })
+}
+
+fn accepted(t_ms: u64, seq: u64, fence: u64, owner: &str) -> Record {
+    receipt(t_ms, seq, fence, owner, Outcome::Accepted)
+}
+
+fn last_seq(last_seq: u64) -> Record {
+    Record::UpstreamFinal(UpstreamFinal {
+        stream_id: "s-0001".into(),
+        last_seq,
+    })
+}
+
+fn checkpoint(checkpoint: u64) -> Record {
+    Record::CheckpointFinal(CheckpointFinal {
+        stream_id: "s-0001".into(),
+        owner_id: Some("worker-1".into()),
+        fence_token: Some(1),
+        checkpoint: Some(checkpoint),
+    })
+}
+
+fn kill(t_ms: u64, fence: u64, remaining: i64) -> Record {
+    Record::Action(Action {
+        t_ms,
+        action: "kill".into(),
+        target: "worker-1".into(),
+        fault: Some(0),
+        streams: vec![ActionStream {
+            stream_id: "s-0001".into(),
+            fence_token: fence,
+            lease_remaining_ms: remaining,
+        }],
+    })
+}
+
+#[test]
+fn an_empty_run_has_zero_totals_and_null_percentiles() {
+    let report = analyse(vec![start(), end(1000)]);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(report.totals, Totals::default());
+    assert!(report.takeovers.is_empty());
+    assert_eq!(report.totals.takeover_ms.max, None);
+    assert_eq!(report.config.lease_ms, 3000);
+    assert_eq!(report.harness.receipts_per_s, 10.0);
+}
+
+#[test]
+fn a_missing_sequence_is_a_gap() {
+    let report = analyse(vec![
+        start(),
+        accepted(1, 1, 1, "worker-1"),
+        accepted(2, 2, 1, "worker-1"),
+        accepted(4, 4, 1, "worker-1"),
+        accepted(5, 5, 1, "worker-1"),
+        last_seq(7),
+        checkpoint(2),
+        end(10),
+    ]);
+    assert_eq!(report.totals.gaps, 3, "3, 6 and 7 were never accepted");
+    assert_eq!(
+        report.gap_ranges,
+        vec![
+            GapRange {
+                stream_id: "s-0001".into(),
+                from: 3,
+                to: 3
+            },
+            GapRange {
+                stream_id: "s-0001".into(),
+                from: 6,
+                to: 7
+            },
+        ]
+    );
+    assert_eq!(report.totals.events_produced, 7);
+    assert_eq!(report.totals.events_accepted, 4);
+    assert_eq!(report.totals.checkpoint_ahead, 0);
+}
+
+#[test]
+fn a_repeat_is_a_duplicate_not_a_gap() {
+    let report = analyse(vec![
+        start(),
+        accepted(1, 1, 1, "worker-1"),
+        receipt(2, 1, 1, "worker-1", Outcome::Duplicate),
+        accepted(3, 2, 1, "worker-1"),
+        last_seq(2),
+        end(10),
+    ]);
+    assert_eq!(report.totals.duplicates, 1);
+    assert_eq!(report.totals.gaps, 0);
+    assert_eq!(report.totals.events_accepted, 2);
+}
+
+#[test]
+fn an_accept_under_a_lower_fence_is_stale_accepted() {
+    let report = analyse(vec![
+        start(),
+        accepted(1, 1, 1, "worker-1"),
+        accepted(2, 2, 2, "worker-2"),
+        accepted(3, 3, 1, "worker-1"),
+        last_seq(3),
+        end(10),
+    ]);
+    assert_eq!(report.totals.stale_accepted, 1);
+    assert_eq!(
+        report.totals.takeovers, 1,
+        "only the change to fence 2 is a takeover"
+    );
+}
+
+#[test]
+fn a_takeover_is_timed_from_the_fault_that_caused_it() {
+    let report = analyse(vec![
+        start(),
+        accepted(100, 1, 1, "worker-1"),
+        accepted(200, 2, 1, "worker-1"),
+        kill(400, 1, 2000),
+        receipt(3000, 3, 1, "worker-1", Outcome::Fenced),
+        accepted(3500, 3, 2, "worker-2"),
+        accepted(3600, 4, 2, "worker-2"),
+        last_seq(4),
+        checkpoint(4),
+        end(5000),
+    ]);
+    assert_eq!(report.takeovers.len(), 1);
+    let t = &report.takeovers[0];
+    assert_eq!(
+        (t.from_owner.as_str(), t.to_owner.as_str()),
+        ("worker-1", "worker-2")
+    );
+    assert_eq!((t.from_fence, t.to_fence), (1, 2));
+    assert_eq!(t.takeover_ms, Some(3100));
+    assert_eq!(t.lease_remaining_ms, Some(2000));
+    assert_eq!(t.cause.as_deref(), Some("kill"));
+    assert_eq!(t.fault, Some(0));
+    assert_eq!(report.totals.fault_takeovers, 1);
+    assert_eq!(report.totals.takeover_ms.max, Some(3100));
+    assert_eq!(report.totals.takeover_ms.count, 1);
+    assert_eq!(report.totals.stale_rejected, 1);
+    assert_eq!(report.fenced_by_owner.get("worker-1"), Some(&1));
+    assert_eq!(report.faults[0].takeovers, 1);
+    assert_eq!(report.totals.gaps, 0);
+}
+
+#[test]
+fn a_takeover_without_a_fault_has_no_time() {
+    let report = analyse(vec![
+        start(),
+        accepted(100, 1, 1, "worker-1"),
+        accepted(900, 2, 2, "worker-2"),
+        last_seq(2),
+        end(1000),
+    ]);
+    assert_eq!(report.totals.takeovers, 1);
+    assert_eq!(report.totals.fault_takeovers, 0);
+    assert_eq!(report.takeovers[0].takeover_ms, None);
+    assert_eq!(report.totals.takeover_ms.count, 0);
+}
+
+#[test]
+fn the_same_owner_reacquiring_is_not_a_takeover() {
+    let report = analyse(vec![
+        start(),
+        accepted(100, 1, 1, "worker-1"),
+        accepted(900, 2, 2, "worker-1"),
+        end(1000),
+    ]);
+    assert_eq!(report.totals.takeovers, 0);
+}
+
+#[test]
+fn a_checkpoint_beyond_the_accepted_high_water_is_flagged() {
+    let report = analyse(vec![
+        start(),
+        accepted(1, 1, 1, "worker-1"),
+        accepted(2, 2, 1, "worker-1"),
+        accepted(4, 4, 1, "worker-1"),
+        last_seq(4),
+        checkpoint(4),
+        end(10),
+    ]);
+    assert_eq!(
+        report.totals.checkpoint_ahead, 1,
+        "3 is missing, so a checkpoint of 4 is ahead"
+    );
+    assert_eq!(report.checkpoint_ahead_streams[0].accepted_high_water, 2);
+}
+
+#[test]
+fn a_history_without_run_end_is_an_error() {
+    let report = analyse(vec![start()]);
+    assert_eq!(report.errors.len(), 1);
+    assert!(report.errors[0].contains("run_end"));
+}
+
+#[test]
+fn expectations_are_judged_and_null_fails() {
+    let mut report = analyse(vec![start(), end(1000)]);
+    let text = r#"
+name = "x"
+description = "d"
+[lease]
+seconds = 3
+renew_seconds = 1
+[fleet]
+workers = 1
+[upstream]
+streams = 1
+rate = 1
+[run]
+warmup_seconds = 1
+duration_seconds = 2
+settle_timeout_seconds = 1
+[[expect]]
+metric = "totals.gaps"
+op = "=="
+threshold = 0
+[[expect]]
+metric = "totals.takeover_ms.max"
+op = "<="
+threshold = "lease_ms + 1500"
+"#;
+    let scenario = crate::scenario::Scenario::parse(text, std::path::Path::new("x.toml")).unwrap();
+    crate::expect::judge(&mut report, &scenario.expectations);
+    assert!(report.expectations[0].passed);
+    assert_eq!(report.expectations[1].threshold, 4500.0);
+    assert_eq!(report.expectations[1].actual, None);
+    assert!(!report.expectations[1].passed);
+    assert!(!report.passed);
+}
+
+#[test]
+fn a_written_history_reads_back_to_the_same_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("history.jsonl");
+    let records = vec![
+        start(),
+        accepted(100, 1, 1, "worker-1"),
+        kill(150, 1, 900),
+        accepted(1200, 2, 2, "worker-2"),
+        last_seq(3),
+        end(2000),
+    ];
+    let writer = crate::history::HistoryWriter::create(&path).unwrap();
+    let recorder = writer.recorder();
+    for r in records.clone() {
+        match r {
+            Record::Receipt(r) => recorder.receipts(vec![r]),
+            other => recorder.record(other),
+        }
+    }
+    assert_eq!(writer.finish().unwrap(), records.len() as u64);
+    let read: Vec<Record> = crate::history::read(&path)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(read, records);
+    assert_eq!(analyse(read), analyse(records));
+}

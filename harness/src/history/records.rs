@@ -1,0 +1,210 @@
+//! The record kinds of `history.jsonl`. `t_ms` is milliseconds since the run's t0 (a monotonic
+//! clock); `run_start.wall_ms` gives t0 in Unix milliseconds.
+
+use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// One line of the history.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Record {
+    RunStart(RunStart),
+    Phase(Phase),
+    WorkerStart(WorkerStart),
+    WorkerExit(WorkerExit),
+    Receipt(Receipt),
+    Action(Action),
+    OwnerSample(OwnerSample),
+    UpstreamFinal(UpstreamFinal),
+    CheckpointFinal(CheckpointFinal),
+    RunEnd(RunEnd),
+}
+
+/// First line: the scenario and its configuration.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunStart {
+    pub t_ms: u64,
+    /// Unix milliseconds of t0.
+    pub wall_ms: i64,
+    pub scenario: String,
+    pub description: String,
+    pub seed: u64,
+    pub lease_ms: u64,
+    pub renew_ms: u64,
+    pub skew_margin_ms: u64,
+    pub workers: usize,
+    pub streams: usize,
+    pub rate: f64,
+    pub duration_ms: u64,
+    pub fencing: bool,
+}
+
+/// A phase boundary: `warmup_done`, `faults_done`, `production_stopped`, `settled`,
+/// `settle_timeout`, `drained`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Phase {
+    pub t_ms: u64,
+    pub phase: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// A worker process started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerStart {
+    pub t_ms: u64,
+    pub worker: String,
+    pub pid: u32,
+}
+
+/// A worker process ended: exit `code`, or the `signal` that ended it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkerExit {
+    pub t_ms: u64,
+    pub worker: String,
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+/// How the sink answered one event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Accepted,
+    Duplicate,
+    Fenced,
+}
+
+/// One event as the sink received it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Receipt {
+    pub t_ms: u64,
+    pub stream_id: String,
+    pub seq: u64,
+    pub fence_token: u64,
+    pub owner_id: String,
+    pub outcome: Outcome,
+}
+
+/// A harness action (`kill`, `pause`, `resume`, `terminate`, `start`), with what the target
+/// owned at that instant, read from the lease table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Action {
+    pub t_ms: u64,
+    pub action: String,
+    pub target: String,
+    /// Index of the scenario fault that issued it.
+    #[serde(default)]
+    pub fault: Option<usize>,
+    pub streams: Vec<ActionStream>,
+}
+
+/// A stream the target held at injection time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionStream {
+    pub stream_id: String,
+    pub fence_token: u64,
+    pub lease_remaining_ms: i64,
+}
+
+/// Who owns how many streams, from a table scan (for the ownership timeline).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OwnerSample {
+    pub t_ms: u64,
+    /// Streams held under an unexpired lease, by owner.
+    pub owners: BTreeMap<String, usize>,
+    /// Streams with no owner or an expired lease.
+    pub free: usize,
+}
+
+/// The upstream's last produced sequence of a stream, after production stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpstreamFinal {
+    pub stream_id: String,
+    pub last_seq: u64,
+}
+
+/// A stream's final table item.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointFinal {
+    pub stream_id: String,
+    pub owner_id: Option<String>,
+    pub fence_token: Option<u64>,
+    pub checkpoint: Option<u64>,
+}
+
+/// Last line: how the run ended and what the harness itself cost.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunEnd {
+    pub t_ms: u64,
+    /// Why the run did not complete, if it did not.
+    #[serde(default)]
+    pub errors: Vec<String>,
+    pub receipts: u64,
+    pub harness_cpu_ms: u64,
+    pub harness_max_rss_bytes: u64,
+}
+
+impl Record {
+    /// The record's `t_ms`, when it has one.
+    pub fn t_ms(&self) -> Option<u64> {
+        match self {
+            Record::RunStart(r) => Some(r.t_ms),
+            Record::Phase(r) => Some(r.t_ms),
+            Record::WorkerStart(r) => Some(r.t_ms),
+            Record::WorkerExit(r) => Some(r.t_ms),
+            Record::Receipt(r) => Some(r.t_ms),
+            Record::Action(r) => Some(r.t_ms),
+            Record::OwnerSample(r) => Some(r.t_ms),
+            Record::RunEnd(r) => Some(r.t_ms),
+            Record::UpstreamFinal(_) | Record::CheckpointFinal(_) => None,
+        }
+    }
+}
+
+/// Reads a `history.jsonl` lazily; an error names the line.
+pub fn read(path: &Path) -> anyhow::Result<impl Iterator<Item = anyhow::Result<Record>>> {
+    let file = std::fs::File::open(path)
+        .map_err(|e| anyhow::anyhow!("cannot open {}: {e}", path.display()))?;
+    let shown = path.display().to_string();
+    Ok(std::io::BufReader::with_capacity(1 << 20, file)
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| !matches!(line, Ok(l) if l.trim().is_empty()))
+        .map(move |(i, line)| {
+            let line = line.map_err(|e| anyhow::anyhow!("{shown}:{}: {e}", i + 1))?;
+            serde_json::from_str(&line).map_err(|e| anyhow::anyhow!("{shown}:{}: {e}", i + 1))
+        }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn receipt_line_matches_the_design() {
+        let line = r#"{"kind":"receipt","t_ms":5,"stream_id":"s-0001","seq":3,"fence_token":2,"owner_id":"worker-1","outcome":"fenced"}"#;
+        let record: Record = serde_json::from_str(line).unwrap();
+        assert!(
+            matches!(&record, Record::Receipt(r) if r.outcome == Outcome::Fenced && r.seq == 3)
+        );
+        assert_eq!(serde_json::to_string(&record).unwrap(), line);
+    }
+
+    #[test]
+    fn checkpoint_final_allows_nulls() {
+        let line = r#"{"kind":"checkpoint_final","stream_id":"s-0001","owner_id":null,"fence_token":4,"checkpoint":null}"#;
+        let record: Record = serde_json::from_str(line).unwrap();
+        assert_eq!(serde_json::to_string(&record).unwrap(), line);
+    }
+
+    #[test]
+    fn action_line_matches_the_design() {
+        let line = r#"{"kind":"action","t_ms":9,"action":"kill","target":"worker-2","fault":0,"streams":[{"stream_id":"s-0001","fence_token":3,"lease_remaining_ms":2140}]}"#;
+        let record: Record = serde_json::from_str(line).unwrap();
+        assert_eq!(serde_json::to_string(&record).unwrap(), line);
+    }
+}

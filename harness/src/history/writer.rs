@@ -1,0 +1,184 @@
+//! Appends records to `history.jsonl` from a dedicated thread with a large buffered writer, fed
+//! by an unbounded channel. Senders never block and never hold a lock across an await; the sink
+//! sends while holding a stream's shard lock, so a stream's receipts reach the file in the order
+//! the sink decided them.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::records::{Receipt, Record};
+
+enum Message {
+    One(Record),
+    Receipts(Vec<Receipt>),
+    /// Flush, close the file and stop, even while other handles are still alive.
+    End,
+}
+
+/// A cheap, cloneable handle for recording; it also owns the run's clock (t0).
+#[derive(Clone)]
+pub struct Recorder {
+    tx: mpsc::UnboundedSender<Message>,
+    t0: Instant,
+    receipts: Arc<AtomicU64>,
+}
+
+impl Recorder {
+    /// Milliseconds since t0.
+    pub fn now_ms(&self) -> u64 {
+        self.t0.elapsed().as_millis() as u64
+    }
+
+    /// The run's t0.
+    pub fn t0(&self) -> Instant {
+        self.t0
+    }
+
+    /// Queues one record. After the writer finished, records are dropped.
+    pub fn record(&self, record: Record) {
+        let _ = self.tx.send(Message::One(record));
+    }
+
+    /// Queues the receipts of one sink batch as one message.
+    pub fn receipts(&self, receipts: Vec<Receipt>) {
+        self.receipts
+            .fetch_add(receipts.len() as u64, Ordering::Relaxed);
+        let _ = self.tx.send(Message::Receipts(receipts));
+    }
+
+    /// Receipts queued so far.
+    pub fn receipt_count(&self) -> u64 {
+        self.receipts.load(Ordering::Relaxed)
+    }
+}
+
+/// Owns the writer thread; [`HistoryWriter::finish`] flushes and closes the file.
+pub struct HistoryWriter {
+    tx: Option<mpsc::UnboundedSender<Message>>,
+    thread: Option<JoinHandle<std::io::Result<u64>>>,
+    recorder: Recorder,
+}
+
+impl HistoryWriter {
+    /// Creates (truncates) the file and starts the writer thread; t0 is now.
+    pub fn create(path: &Path) -> anyhow::Result<HistoryWriter> {
+        let file = File::create(path)
+            .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", path.display()))?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let thread = std::thread::Builder::new()
+            .name("history-writer".into())
+            .spawn(move || write_loop(rx, BufWriter::with_capacity(1 << 20, file)))?;
+        let recorder = Recorder {
+            tx: tx.clone(),
+            t0: Instant::now(),
+            receipts: Arc::new(AtomicU64::new(0)),
+        };
+        Ok(HistoryWriter {
+            tx: Some(tx),
+            thread: Some(thread),
+            recorder,
+        })
+    }
+
+    /// A handle for recording.
+    pub fn recorder(&self) -> Recorder {
+        self.recorder.clone()
+    }
+
+    /// Writes what is queued, closes the file and returns how many lines were written. Records
+    /// sent afterwards through surviving handles are dropped.
+    pub fn finish(mut self) -> anyhow::Result<u64> {
+        self.close()
+    }
+
+    fn close(&mut self) -> anyhow::Result<u64> {
+        let Some(thread) = self.thread.take() else {
+            return Ok(0);
+        };
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.send(Message::End);
+        }
+        let lines = thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("the history writer thread panicked"))?
+            .map_err(|e| anyhow::anyhow!("writing history failed: {e}"))?;
+        Ok(lines)
+    }
+}
+
+impl Drop for HistoryWriter {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            let _ = self.close();
+        }
+    }
+}
+
+fn write_loop(
+    mut rx: mpsc::UnboundedReceiver<Message>,
+    mut out: BufWriter<File>,
+) -> std::io::Result<u64> {
+    let mut lines = 0u64;
+    let mut batch = Vec::with_capacity(1024);
+    'outer: loop {
+        if rx.blocking_recv_many_compat(&mut batch, 1024) == 0 {
+            break;
+        }
+        for message in batch.drain(..) {
+            match message {
+                Message::End => break 'outer,
+                Message::One(record) => {
+                    write_line(&mut out, &record)?;
+                    lines += 1;
+                }
+                Message::Receipts(receipts) => {
+                    for r in receipts {
+                        write_line(&mut out, &Record::Receipt(r))?;
+                        lines += 1;
+                    }
+                }
+            }
+        }
+        if rx.is_empty() {
+            out.flush()?;
+        }
+    }
+    out.flush()?;
+    out.get_ref().sync_data()?;
+    Ok(lines)
+}
+
+fn write_line(out: &mut BufWriter<File>, record: &Record) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *out, record)?;
+    out.write_all(b"\n")
+}
+
+trait RecvMany<T> {
+    fn blocking_recv_many_compat(&mut self, buf: &mut Vec<T>, limit: usize) -> usize;
+}
+
+impl<T> RecvMany<T> for mpsc::UnboundedReceiver<T> {
+    /// Blocks for the first message, then takes whatever else is already queued.
+    fn blocking_recv_many_compat(&mut self, buf: &mut Vec<T>, limit: usize) -> usize {
+        match self.blocking_recv() {
+            None => 0,
+            Some(first) => {
+                buf.push(first);
+                while buf.len() < limit {
+                    match self.try_recv() {
+                        Ok(m) => buf.push(m),
+                        Err(_) => break,
+                    }
+                }
+                buf.len()
+            }
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! The lease-failover harness: runs a scenario against real `lease-worker` processes, DynamoDB
+//! Local, an in-process upstream and a fencing sink, and judges the recorded history.
+//!
+//! Data flows one way: upstream → worker → [`sink`] → [`history`] → [`analysis`] →
+//! [`report_json`]. The analysis reads only the recorded history, never live state.
+
+pub mod analysis;
+pub mod expect;
+pub mod faults;
+pub mod history;
+pub mod report_json;
+pub mod scenario;
