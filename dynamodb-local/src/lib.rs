@@ -141,7 +141,9 @@ pub enum ProvisionError {
         log: String,
         tail: String,
     },
-    #[error("DynamoDB endpoint {endpoint} did not answer ListTables within {waited:?}: {last_error}")]
+    #[error(
+        "DynamoDB endpoint {endpoint} did not answer ListTables within {waited:?}: {last_error}"
+    )]
     EndpointUnreachable {
         endpoint: String,
         waited: Duration,
@@ -160,7 +162,8 @@ pub enum ProvisionError {
 
 enum Backend {
     Jar(process::JarProcess),
-    Container(docker::Container),
+    /// Held for its `Drop`, which removes the container.
+    Container(#[allow(dead_code)] docker::Container),
     External,
 }
 
@@ -240,7 +243,9 @@ impl DynamoLocal {
                 },
                 other => other,
             })?;
-        eprintln!("dynamodb-local: using the existing endpoint {url} (nothing started, nothing deleted)");
+        eprintln!(
+            "dynamodb-local: using the existing endpoint {url} (nothing started, nothing deleted)"
+        );
         Ok(DynamoLocal {
             endpoint: url.to_string(),
             client,
@@ -336,14 +341,12 @@ async fn wait_ready(
     let start = tokio::time::Instant::now();
     let mut delay = Duration::from_millis(50);
     let last_error = loop {
-        let attempt = tokio::time::timeout(
-            Duration::from_secs(5),
-            client.list_tables().limit(1).send(),
-        )
-        .await;
+        let attempt =
+            tokio::time::timeout(Duration::from_secs(5), client.list_tables().limit(1).send())
+                .await;
         let error = match attempt {
             Ok(Ok(_)) => return Ok(()),
-            Ok(Err(e)) => aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string(),
+            Ok(Err(e)) => lease_table::error_text(&e),
             Err(_) => "ListTables timed out after 5s".to_string(),
         };
         if let Backend::Jar(proc) = backend {

@@ -21,7 +21,11 @@ impl JarProcess {
     /// Starts `java -Djava.library.path=./DynamoDBLocal_lib -jar DynamoDBLocal.jar -inMemory -port P`
     /// in `dir`. `-sharedDb` makes every credential and region see one database (the harness and
     /// its workers must agree); `-disableTelemetry` keeps it off the network.
-    pub(crate) fn spawn(java: &Path, dir: &Path, port: Option<u16>) -> Result<Self, ProvisionError> {
+    pub(crate) fn spawn(
+        java: &Path,
+        dir: &Path,
+        port: Option<u16>,
+    ) -> Result<Self, ProvisionError> {
         let port = match port {
             Some(p) => {
                 // Fail with a clear message now rather than with a Jetty stack trace later.
@@ -30,10 +34,8 @@ impl JarProcess {
             }
             None => free_port()?,
         };
-        let log = std::env::temp_dir().join(format!(
-            "dynamodb-local-{}-{port}.log",
-            std::process::id()
-        ));
+        let log =
+            std::env::temp_dir().join(format!("dynamodb-local-{}-{port}.log", std::process::id()));
         let log_file = File::create(&log).map_err(|e| ProvisionError::Io {
             context: format!("creating {}", log.display()),
             source: e,
@@ -46,7 +48,13 @@ impl JarProcess {
         cmd.current_dir(dir)
             .arg("-Djava.library.path=./DynamoDBLocal_lib")
             .arg("-Xss1m")
-            .args(["-jar", crate::jar::JAR_NAME, "-inMemory", "-sharedDb", "-disableTelemetry"])
+            .args([
+                "-jar",
+                crate::jar::JAR_NAME,
+                "-inMemory",
+                "-sharedDb",
+                "-disableTelemetry",
+            ])
             .arg("-port")
             .arg(port.to_string())
             .stdin(Stdio::null())

@@ -39,7 +39,9 @@ fn scratch_dir(name: &str) -> PathBuf {
 
 #[tokio::test]
 async fn jar_serves_the_lease_table_and_stops_on_drop() {
-    let ddb = DynamoLocal::start(&jar_options()).await.expect("DynamoDB Local starts");
+    let ddb = DynamoLocal::start(&jar_options())
+        .await
+        .expect("DynamoDB Local starts");
     assert_eq!(ddb.kind(), "jar");
     assert!(ddb.endpoint().starts_with("http://127.0.0.1:"));
     let pid = ddb.pid().expect("jar has a pid");
@@ -56,28 +58,50 @@ async fn jar_serves_the_lease_table_and_stops_on_drop() {
         lease_table::Created::Existing
     );
     let streams = ["s-0002", "s-0001"];
-    assert_eq!(lease_table::seed_streams(&client, table, &streams).await.unwrap(), 2);
+    assert_eq!(
+        lease_table::seed_streams(&client, table, &streams)
+            .await
+            .unwrap(),
+        2
+    );
     // Seeding again changes nothing.
-    assert_eq!(lease_table::seed_streams(&client, table, &streams).await.unwrap(), 0);
+    assert_eq!(
+        lease_table::seed_streams(&client, table, &streams)
+            .await
+            .unwrap(),
+        0
+    );
     let items = lease_table::scan_all(&client, table).await.unwrap();
     let ids: Vec<_> = items.iter().map(|i| i.stream_id.as_str()).collect();
     assert_eq!(ids, ["s-0001", "s-0002"]);
-    assert!(items.iter().all(|i| i.owner_id.is_none() && i.fence_token.is_none()));
+    assert!(items
+        .iter()
+        .all(|i| i.owner_id.is_none() && i.fence_token.is_none()));
     let one = lease_table::get(&client, table, "s-0001").await.unwrap();
     assert_eq!(one.map(|i| i.stream_id), Some("s-0001".to_string()));
-    assert_eq!(lease_table::get(&client, table, "nope").await.unwrap(), None);
+    assert_eq!(
+        lease_table::get(&client, table, "nope").await.unwrap(),
+        None
+    );
 
     // Workers reach the same database with the environment the guard hands out.
     let env = ddb.worker_env();
-    assert!(env.iter().any(|(k, v)| k == "AWS_ENDPOINT_URL" && v == ddb.endpoint()));
+    assert!(env
+        .iter()
+        .any(|(k, v)| k == "AWS_ENDPOINT_URL" && v == ddb.endpoint()));
 
     drop(ddb);
-    assert!(!process_alive(pid), "java process {pid} still alive after drop");
+    assert!(
+        !process_alive(pid),
+        "java process {pid} still alive after drop"
+    );
 }
 
 #[tokio::test]
 async fn auto_without_docker_uses_the_jar() {
-    if std::path::Path::new("/var/run/docker.sock").exists() || std::env::var_os("DOCKER_HOST").is_some() {
+    if std::path::Path::new("/var/run/docker.sock").exists()
+        || std::env::var_os("DOCKER_HOST").is_some()
+    {
         eprintln!("SKIPPED auto_without_docker_uses_the_jar: a Docker engine may be reachable here (see the container test)");
         return;
     }
@@ -118,12 +142,17 @@ async fn existing_endpoint_is_used_and_left_running() {
     .await
     .unwrap();
     assert_eq!(borrowed.kind(), "endpoint");
-    lease_table::create_table(&borrowed.client(), "t").await.unwrap();
+    lease_table::create_table(&borrowed.client(), "borrowed-table")
+        .await
+        .unwrap();
     drop(borrowed);
-    assert!(process_alive(pid), "dropping a borrowed endpoint must not stop it");
+    assert!(
+        process_alive(pid),
+        "dropping a borrowed endpoint must not stop it"
+    );
     // The table created through the borrowed guard is still there.
     let tables = owner.client().list_tables().send().await.unwrap();
-    assert_eq!(tables.table_names(), ["t"]);
+    assert_eq!(tables.table_names(), ["borrowed-table"]);
 }
 
 #[tokio::test]
@@ -142,7 +171,10 @@ async fn endpoint_that_does_not_answer_is_a_clear_error() {
     .await
     .err()
     .expect("a closed port is not an endpoint");
-    assert!(matches!(err, ProvisionError::EndpointUnreachable { .. }), "{err}");
+    assert!(
+        matches!(err, ProvisionError::EndpointUnreachable { .. }),
+        "{err}"
+    );
     let text = err.to_string();
     assert!(text.contains(&url) && text.contains("ListTables"), "{text}");
 }
@@ -158,7 +190,10 @@ async fn missing_java_is_a_clear_error() {
     .expect("no java, no DynamoDB Local");
     assert!(matches!(err, ProvisionError::JavaMissing { .. }), "{err}");
     let text = err.to_string();
-    assert!(text.contains("/nonexistent/bin/java") && text.contains("Java"), "{text}");
+    assert!(
+        text.contains("/nonexistent/bin/java") && text.contains("Java"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -172,7 +207,10 @@ async fn port_already_taken_is_a_clear_error() {
     .await
     .err()
     .expect("a taken port cannot be used");
-    assert!(matches!(err, ProvisionError::PortInUse(p) if p == port), "{err}");
+    assert!(
+        matches!(err, ProvisionError::PortInUse(p) if p == port),
+        "{err}"
+    );
     assert!(err.to_string().contains(&port.to_string()));
 }
 
@@ -194,7 +232,10 @@ fn wrong_checksum_is_refused_before_extraction() {
         expected_sha256: dynamodb_local::NPM_TARBALL_SHA256.to_string(),
     };
     let err = source.resolve().unwrap_err();
-    assert!(matches!(err, ProvisionError::ChecksumMismatch { .. }), "{err}");
+    assert!(
+        matches!(err, ProvisionError::ChecksumMismatch { .. }),
+        "{err}"
+    );
     assert!(err.to_string().contains(dynamodb_local::NPM_TARBALL_SHA256));
     assert!(!source.cache.exists(), "nothing may be placed in the cache");
     std::fs::remove_dir_all(dir).ok();
@@ -210,7 +251,12 @@ fn no_way_to_get_the_jar_names_all_three() {
         expected_sha256: dynamodb_local::NPM_TARBALL_SHA256.to_string(),
     };
     let text = source.resolve().unwrap_err().to_string();
-    for needle in ["DYNAMODB_LOCAL_DIR", "cache directory", "npm pack", "Docker"] {
+    for needle in [
+        "DYNAMODB_LOCAL_DIR",
+        "cache directory",
+        "npm pack",
+        "Docker",
+    ] {
         assert!(text.contains(needle), "{needle:?} missing from: {text}");
     }
     let named = JarSource {
@@ -218,7 +264,10 @@ fn no_way_to_get_the_jar_names_all_three() {
         ..source
     };
     let text = named.resolve().unwrap_err().to_string();
-    assert!(text.contains("empty") && text.contains("DynamoDBLocal.jar"), "{text}");
+    assert!(
+        text.contains("empty") && text.contains("DynamoDBLocal.jar"),
+        "{text}"
+    );
     std::fs::remove_dir_all(dir).ok();
 }
 
@@ -234,15 +283,30 @@ async fn panicking_child() {
 #[test]
 fn no_orphan_after_a_panicking_test() {
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "panicking_child", "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "panicking_child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(!out.status.success(), "the child test must have failed: {stdout}");
+    assert!(
+        !out.status.success(),
+        "the child test must have failed: {stdout}"
+    );
     let pid: u32 = stdout
         .lines()
-        .find_map(|l| l.trim().strip_prefix("DDB_PID="))
-        .unwrap_or_else(|| panic!("child printed no pid: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)))
+        .find_map(|l| l.split("DDB_PID=").nth(1))
+        .unwrap_or_else(|| {
+            panic!(
+                "child printed no pid: {stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+        .trim()
         .parse()
         .unwrap();
     // The child process has exited, so its guard ran (or its death signal fired).
@@ -250,5 +314,8 @@ fn no_orphan_after_a_panicking_test() {
     while process_alive(pid) && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(!process_alive(pid), "DynamoDB Local {pid} outlived the panicking test");
+    assert!(
+        !process_alive(pid),
+        "DynamoDB Local {pid} outlived the panicking test"
+    );
 }

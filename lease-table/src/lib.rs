@@ -2,17 +2,20 @@
 //! worker, the harness and the tests share (create, seed, scan, get, a client for an endpoint).
 //!
 //! The six attributes keep the meanings the source design's `lease_demo.py` gives them, so a table
-//! written by either program is valid input for the other. This module never decides ownership:
-//! the conditional writes that do live with the worker.
+//! written by either program is valid input for the other. The conditional lease writes are in
+//! [`ops`]; when to make them (ownership decisions) lives with the worker.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
     ScalarAttributeType, TableStatus,
 };
 use aws_sdk_dynamodb::Client;
+
+pub mod ops;
 
 /// Default table name (`LEASE_TABLE`).
 pub const DEFAULT_TABLE: &str = "websocket-leases";
@@ -50,11 +53,45 @@ pub enum TableError {
 }
 
 impl TableError {
-    fn dynamo(op: &'static str, table: &str, err: impl std::error::Error) -> Self {
+    fn dynamo<E, R>(op: &'static str, table: &str, err: SdkError<E, R>) -> Self
+    where
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+        R: std::fmt::Debug,
+    {
         TableError::Dynamo {
             op,
             table: table.to_string(),
-            message: aws_sdk_dynamodb::error::DisplayErrorContext(err).to_string(),
+            message: error_text(&err),
+        }
+    }
+}
+
+/// A one-line description of an SDK error: `Code: message` for a service error, the chain of
+/// causes for a dispatch, timeout or response error (`DisplayErrorContext` would dump the
+/// whole raw response).
+pub fn error_text<E, R>(err: &SdkError<E, R>) -> String
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    match err {
+        SdkError::ServiceError(service) => {
+            let e = service.err();
+            format!(
+                "{}: {}",
+                e.code().unwrap_or("unknown error"),
+                e.message().unwrap_or("(no message)")
+            )
+        }
+        other => {
+            let mut text = other.to_string();
+            let mut source = std::error::Error::source(other);
+            while let Some(cause) = source {
+                text.push_str(": ");
+                text.push_str(&cause.to_string());
+                source = cause.source();
+            }
+            text
         }
     }
 }
@@ -263,7 +300,10 @@ pub async fn seed_streams<S: AsRef<str>>(
         let put = client
             .put_item()
             .table_name(table)
-            .item(attr::STREAM_ID, AttributeValue::S(stream.as_ref().to_string()))
+            .item(
+                attr::STREAM_ID,
+                AttributeValue::S(stream.as_ref().to_string()),
+            )
             .condition_expression("attribute_not_exists(stream_id)")
             .send()
             .await;
@@ -334,8 +374,8 @@ mod tests {
 
     #[test]
     fn item_with_only_stream_id_is_free() {
-        let lease = LeaseItem::from_item(&item(&[("stream_id", AttributeValue::S("a".into()))]))
-            .unwrap();
+        let lease =
+            LeaseItem::from_item(&item(&[("stream_id", AttributeValue::S("a".into()))])).unwrap();
         assert_eq!(lease.stream_id, "a");
         assert_eq!(lease.owner_id, None);
         assert!(!lease.is_held_at(0));
@@ -347,7 +387,10 @@ mod tests {
         let lease = LeaseItem::from_item(&item(&[
             ("stream_id", AttributeValue::S("orders-us-east".into())),
             ("owner_id", AttributeValue::S("worker-a".into())),
-            ("lease_expires_at", AttributeValue::N("1764670030000".into())),
+            (
+                "lease_expires_at",
+                AttributeValue::N("1764670030000".into()),
+            ),
             ("fence_token", AttributeValue::N("3".into())),
             ("updated_at", AttributeValue::N("1764670000000".into())),
             ("extra", AttributeValue::Bool(true)),

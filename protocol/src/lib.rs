@@ -104,7 +104,8 @@ mod tests {
 
     #[test]
     fn event_frame_matches_design_example() {
-        let text = r#"{"type":"event","stream_id":"s-0001","seq":42,"ts_ms":1764670000000,"payload":"x"}"#;
+        let text =
+            r#"{"type":"event","stream_id":"s-0001","seq":42,"ts_ms":1764670000000,"payload":"x"}"#;
         let frame = UpstreamFrame::parse(text).unwrap();
         assert_eq!(
             frame,
@@ -122,13 +123,21 @@ mod tests {
     fn gap_frame_matches_design_example() {
         let text = r#"{"type":"gap","stream_id":"s-0001","requested":5,"oldest_available":900}"#;
         let frame = UpstreamFrame::parse(text).unwrap();
-        assert!(matches!(frame, UpstreamFrame::Gap(ref g) if g.requested == 5 && g.oldest_available == 900));
+        assert!(
+            matches!(frame, UpstreamFrame::Gap(ref g) if g.requested == 5 && g.oldest_available == 900)
+        );
         assert_eq!(frame.to_text(), text);
     }
 
     #[test]
     fn malformed_frames_are_errors() {
-        for bad in ["", "{}", r#"{"type":"event"}"#, r#"{"type":"nope","seq":1}"#, "[1,2]"] {
+        for bad in [
+            "",
+            "{}",
+            r#"{"type":"event"}"#,
+            r#"{"type":"nope","seq":1}"#,
+            "[1,2]",
+        ] {
             assert!(UpstreamFrame::parse(bad).is_err(), "{bad:?} parsed");
         }
     }

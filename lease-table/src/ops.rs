@@ -1,0 +1,241 @@
+//! The four conditional lease writes of design §2 (acquire, renew, checkpoint, release), exactly
+//! as the source design's `lease_demo.py` writes them, so both programs can contend over one table.
+//!
+//! Each function is one `UpdateItem` and reports a refused condition as [`Outcome::Refused`]
+//! (with the item as it was, when DynamoDB returns it), never as an error. Timeouts, retries and
+//! metrics belong to the caller; these functions never retry and never read a clock.
+
+use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::Client;
+
+use crate::{attr, LeaseItem};
+
+/// What a conditional write did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome<T> {
+    /// The condition held and the write was applied.
+    Done(T),
+    /// The condition failed; `current` is the item as DynamoDB saw it, when it said.
+    Refused { current: Option<LeaseItem> },
+}
+
+/// Broad class of a failed call, for retry decisions and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Throttling or capacity errors: back off and retry.
+    Throttled,
+    /// Anything else (network, 5xx, validation): the caller decides.
+    Other,
+}
+
+/// A lease write that failed for a reason other than its condition.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("DynamoDB {op} of stream {stream_id:?} failed: {message}")]
+pub struct OpError {
+    pub op: &'static str,
+    pub stream_id: String,
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+/// Who writes, and the fencing token they hold.
+#[derive(Debug, Clone, Copy)]
+pub struct Holder<'a> {
+    pub owner_id: &'a str,
+    pub fence_token: u64,
+}
+
+fn n(v: impl ToString) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+fn s(v: &str) -> AttributeValue {
+    AttributeValue::S(v.to_string())
+}
+
+/// Acquires `stream_id` for `owner_id` until `now_ms + lease_ms`, bumping the fence token.
+///
+/// Condition (design §2): the item exists, and it is free, or its lease expired before
+/// `now_ms - skew_ms`, or it is already ours. Returns the item as written (new fence token,
+/// checkpoint left by the previous owner).
+pub async fn acquire(
+    client: &Client,
+    table: &str,
+    stream_id: &str,
+    owner_id: &str,
+    lease_ms: i64,
+    now_ms: i64,
+    skew_ms: i64,
+) -> Result<Outcome<LeaseItem>, OpError> {
+    let result = client
+        .update_item()
+        .table_name(table)
+        .key(attr::STREAM_ID, s(stream_id))
+        .update_expression(
+            "SET owner_id = :me, lease_expires_at = :expires, \
+             fence_token = if_not_exists(fence_token, :zero) + :one, updated_at = :now",
+        )
+        .condition_expression(
+            "attribute_exists(stream_id) AND (attribute_not_exists(owner_id) \
+             OR lease_expires_at < :cutoff OR owner_id = :me)",
+        )
+        .expression_attribute_values(":me", s(owner_id))
+        .expression_attribute_values(":expires", n(now_ms + lease_ms))
+        .expression_attribute_values(":zero", n(0))
+        .expression_attribute_values(":one", n(1))
+        .expression_attribute_values(":now", n(now_ms))
+        .expression_attribute_values(":cutoff", n(now_ms - skew_ms))
+        .return_values(ReturnValue::AllNew)
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+        .send()
+        .await;
+    match result {
+        Ok(out) => {
+            let item = out.attributes().ok_or_else(|| OpError {
+                op: "acquire",
+                stream_id: stream_id.to_string(),
+                kind: ErrorKind::Other,
+                message: "UpdateItem returned no attributes".into(),
+            })?;
+            let item = LeaseItem::from_item(item).map_err(|e| OpError {
+                op: "acquire",
+                stream_id: stream_id.to_string(),
+                kind: ErrorKind::Other,
+                message: e.to_string(),
+            })?;
+            Ok(Outcome::Done(item))
+        }
+        Err(err) => refused_or_error("acquire", stream_id, err),
+    }
+}
+
+/// Extends the lease to `now_ms + lease_ms`, and persists `checkpoint` in the same write when
+/// given (the coalesced renewal). Condition: ours, same token, not yet expired at `now_ms`.
+pub async fn renew(
+    client: &Client,
+    table: &str,
+    stream_id: &str,
+    holder: Holder<'_>,
+    lease_ms: i64,
+    now_ms: i64,
+    checkpoint: Option<u64>,
+) -> Result<Outcome<()>, OpError> {
+    let mut update = String::from("SET lease_expires_at = :expires, updated_at = :now");
+    if checkpoint.is_some() {
+        update.push_str(", checkpoint = :cp");
+    }
+    let mut request = client
+        .update_item()
+        .table_name(table)
+        .key(attr::STREAM_ID, s(stream_id))
+        .update_expression(update)
+        .condition_expression(
+            "owner_id = :me AND fence_token = :token AND lease_expires_at >= :now",
+        )
+        .expression_attribute_values(":me", s(holder.owner_id))
+        .expression_attribute_values(":token", n(holder.fence_token))
+        .expression_attribute_values(":expires", n(now_ms + lease_ms))
+        .expression_attribute_values(":now", n(now_ms))
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+    if let Some(cp) = checkpoint {
+        request = request.expression_attribute_values(":cp", n(cp));
+    }
+    let result = request.send().await;
+    done_or_refused("renew", stream_id, result)
+}
+
+/// Persists `checkpoint` (last sequence accepted downstream). Condition: ours, same token.
+pub async fn checkpoint(
+    client: &Client,
+    table: &str,
+    stream_id: &str,
+    holder: Holder<'_>,
+    checkpoint: u64,
+    now_ms: i64,
+) -> Result<Outcome<()>, OpError> {
+    let result = client
+        .update_item()
+        .table_name(table)
+        .key(attr::STREAM_ID, s(stream_id))
+        .update_expression("SET checkpoint = :cp, updated_at = :now")
+        .condition_expression("owner_id = :me AND fence_token = :token")
+        .expression_attribute_values(":me", s(holder.owner_id))
+        .expression_attribute_values(":token", n(holder.fence_token))
+        .expression_attribute_values(":cp", n(checkpoint))
+        .expression_attribute_values(":now", n(now_ms))
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+        .send()
+        .await;
+    done_or_refused("checkpoint", stream_id, result)
+}
+
+/// Frees the stream for immediate takeover: removes `owner_id` and `lease_expires_at`, keeps
+/// `fence_token`, and writes a final `checkpoint` when given. Condition: ours, same token.
+pub async fn release(
+    client: &Client,
+    table: &str,
+    stream_id: &str,
+    holder: Holder<'_>,
+    checkpoint: Option<u64>,
+    now_ms: i64,
+) -> Result<Outcome<()>, OpError> {
+    let update = if checkpoint.is_some() {
+        "SET updated_at = :now, checkpoint = :cp REMOVE owner_id, lease_expires_at"
+    } else {
+        "SET updated_at = :now REMOVE owner_id, lease_expires_at"
+    };
+    let mut request = client
+        .update_item()
+        .table_name(table)
+        .key(attr::STREAM_ID, s(stream_id))
+        .update_expression(update)
+        .condition_expression("owner_id = :me AND fence_token = :token")
+        .expression_attribute_values(":me", s(holder.owner_id))
+        .expression_attribute_values(":token", n(holder.fence_token))
+        .expression_attribute_values(":now", n(now_ms))
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+    if let Some(cp) = checkpoint {
+        request = request.expression_attribute_values(":cp", n(cp));
+    }
+    let result = request.send().await;
+    done_or_refused("release", stream_id, result)
+}
+
+fn done_or_refused<O>(
+    op: &'static str,
+    stream_id: &str,
+    result: Result<O, SdkError<UpdateItemError>>,
+) -> Result<Outcome<()>, OpError> {
+    match result {
+        Ok(_) => Ok(Outcome::Done(())),
+        Err(err) => refused_or_error(op, stream_id, err),
+    }
+}
+
+fn refused_or_error<T>(
+    op: &'static str,
+    stream_id: &str,
+    err: SdkError<UpdateItemError>,
+) -> Result<Outcome<T>, OpError> {
+    if let Some(UpdateItemError::ConditionalCheckFailedException(e)) = err.as_service_error() {
+        let current = e.item().and_then(|item| LeaseItem::from_item(item).ok());
+        return Ok(Outcome::Refused { current });
+    }
+    let kind = match err.as_service_error().and_then(|e| e.code()) {
+        Some(
+            "ProvisionedThroughputExceededException"
+            | "ThrottlingException"
+            | "RequestLimitExceeded"
+            | "LimitExceededException",
+        ) => ErrorKind::Throttled,
+        _ => ErrorKind::Other,
+    };
+    Err(OpError {
+        op,
+        stream_id: stream_id.to_string(),
+        kind,
+        message: DisplayErrorContext(err).to_string(),
+    })
+}
