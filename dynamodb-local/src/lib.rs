@@ -163,7 +163,7 @@ pub enum ProvisionError {
 enum Backend {
     Jar(process::JarProcess),
     /// Held for its `Drop`, which removes the container.
-    Container(#[allow(dead_code)] docker::Container),
+    Container(#[allow(dead_code)] Box<docker::Container>),
     External,
 }
 
@@ -216,7 +216,7 @@ impl DynamoLocal {
         let endpoint = container.endpoint().to_string();
         eprintln!("dynamodb-local: DynamoDB Local container (testcontainers) at {endpoint}");
         let client = lease_table::local_client(&endpoint);
-        let mut backend = Backend::Container(container);
+        let mut backend = Backend::Container(Box::new(container));
         wait_ready(&client, &endpoint, options.ready_timeout, &mut backend).await?;
         Ok(DynamoLocal {
             endpoint,
