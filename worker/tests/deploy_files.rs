@@ -9,13 +9,14 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use clap::Parser;
 use lease_worker::config::{
-    resolve_owner_id, DEFAULT_BATCH_MAX_DELAY_MS, DEFAULT_BATCH_MAX_EVENTS, DEFAULT_DRAIN_SECONDS,
-    DEFAULT_LEASE_SECONDS, DEFAULT_METRICS_ADDR, DEFAULT_RENEW_SECONDS, DEFAULT_SKEW_MARGIN_MS,
-    ECS_METADATA_ENV,
+    resolve_owner_id, LogFormat, DEFAULT_BATCH_MAX_DELAY_MS, DEFAULT_BATCH_MAX_EVENTS,
+    DEFAULT_DRAIN_SECONDS, DEFAULT_LEASE_SECONDS, DEFAULT_METRICS_ADDR, DEFAULT_RENEW_SECONDS,
+    DEFAULT_SKEW_MARGIN_MS, ECS_METADATA_ENV,
 };
 use lease_worker::metrics::Metrics;
-use lease_worker::{DYNAMODB_ACTIONS, ENV_VARS};
+use lease_worker::{Cli, DYNAMODB_ACTIONS, ENV_VARS};
 use serde_json::Value;
 
 /// Variables the worker reads that the task definition deliberately does not set.
@@ -225,6 +226,33 @@ fn task_definition_values_are_the_worker_defaults() {
         .parse()
         .expect("MAX_STREAMS is a number");
     assert!(max > 0);
+}
+
+#[test]
+fn task_definition_environment_passes_the_workers_validation() {
+    // Each variable as the flag clap derives from it (LEASE_TABLE -> --lease-table), so the
+    // check does not depend on this process's environment.
+    let task = read_json("ecs/task-definition.json");
+    let mut argv = vec!["lease-worker".to_owned()];
+    for (name, value) in task_env(&task) {
+        argv.push(format!("--{}", name.to_lowercase().replace('_', "-")));
+        argv.push(value);
+    }
+    let cli = Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+    let config = cli
+        .run
+        .validate()
+        .unwrap_or_else(|e| panic!("the worker would refuse the task definition: {e}"));
+    assert_eq!(config.log_format, LogFormat::Json);
+    assert!(!config.chaos_skip_deadline_check);
+    let stop_timeout = worker_container(&task)["stopTimeout"]
+        .as_u64()
+        .expect("stopTimeout");
+    assert!(
+        config.drain < std::time::Duration::from_secs(stop_timeout),
+        "drain {:?} ends before ECS's SIGKILL at stopTimeout {stop_timeout}s",
+        config.drain
+    );
 }
 
 #[test]
