@@ -1,0 +1,442 @@
+//! The sequenced feed: per-stream ring buffers of pre-serialised event frames and the single
+//! producer task that appends to all of them on a fixed tick.
+//!
+//! Subscribers never get events pushed at them: each reads the ring by its own cursor and waits on
+//! the stream's `head` watch when it has caught up. Replay and live delivery are the same read, so
+//! the replay/live seam cannot have a hole or a repeat. This module never touches a socket.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::extract::ws::Utf8Bytes;
+use tokio::sync::watch;
+use tokio::time::{Duration, Instant};
+
+/// One retained event: its production instant (for the delay fault) and its wire text.
+#[derive(Clone)]
+pub(crate) struct Entry {
+    pub produced: Instant,
+    pub text: Utf8Bytes,
+}
+
+/// The retained window of one stream: `entries` hold seqs `head - len + 1 ..= head`.
+struct Ring {
+    entries: VecDeque<Entry>,
+    head: u64,
+}
+
+/// What a read at a cursor found.
+pub(crate) enum Read {
+    /// `n` entries (seqs `cursor .. cursor + n`) were appended to the output.
+    Entries(usize),
+    /// The cursor is older than the oldest retained sequence, which is given.
+    Behind { oldest: u64 },
+}
+
+/// One stream: its ring buffer, its head watch, and its connection bookkeeping.
+pub(crate) struct Stream {
+    pub id: Arc<str>,
+    /// The id as a JSON string literal (quotes included), spliced into every frame.
+    json_id: String,
+    retention: usize,
+    ring: Mutex<Ring>,
+    /// The last produced seq; subscribers wait on it.
+    head: watch::Sender<u64>,
+    /// Bumped to close every connection of this stream (admin drop, drop fault, shutdown).
+    drops: watch::Sender<u64>,
+    /// Open WebSocket connections on this stream.
+    pub connections: AtomicUsize,
+}
+
+impl Stream {
+    fn new(id: &str, retention: usize) -> Self {
+        Stream {
+            id: Arc::from(id),
+            json_id: serde_json::to_string(id).expect("strings serialise"),
+            retention,
+            ring: Mutex::new(Ring {
+                entries: VecDeque::with_capacity(retention.min(1024)),
+                head: 0,
+            }),
+            head: watch::Sender::new(0),
+            drops: watch::Sender::new(0),
+            connections: AtomicUsize::new(0),
+        }
+    }
+
+    /// The last produced sequence number (0 before the first event).
+    pub fn last_seq(&self) -> u64 {
+        *self.head.borrow()
+    }
+
+    /// Watches the head; a subscriber waits on it when it has caught up.
+    pub fn subscribe_head(&self) -> watch::Receiver<u64> {
+        self.head.subscribe()
+    }
+
+    /// Watches the drop generation; a change means "close now".
+    pub fn subscribe_drops(&self) -> watch::Receiver<u64> {
+        self.drops.subscribe()
+    }
+
+    /// Closes every connection of this stream; returns how many were open.
+    pub fn drop_connections(&self) -> usize {
+        self.drops.send_modify(|g| *g += 1);
+        self.connections.load(Ordering::Relaxed)
+    }
+
+    /// The oldest retained sequence (head + 1 when nothing is retained yet).
+    pub fn oldest(&self) -> u64 {
+        let ring = self.ring.lock().expect("ring lock");
+        ring.head + 1 - ring.entries.len() as u64
+    }
+
+    /// Copies up to `max` entries starting at seq `cursor` into `out` (cheap: refcounted text).
+    pub fn read(&self, cursor: u64, max: usize, out: &mut Vec<Entry>) -> Read {
+        let ring = self.ring.lock().expect("ring lock");
+        let oldest = ring.head + 1 - ring.entries.len() as u64;
+        if cursor < oldest {
+            return Read::Behind { oldest };
+        }
+        if cursor > ring.head {
+            return Read::Entries(0);
+        }
+        let start = (cursor - oldest) as usize;
+        let end = ring.entries.len().min(start + max);
+        out.extend(ring.entries.range(start..end).cloned());
+        Read::Entries(end - start)
+    }
+
+    /// Appends `count` events, evicting past retention, then wakes subscribers once.
+    fn produce(&self, count: u64, payload: &str, now: Instant, ts_ms: i64) -> u64 {
+        if count == 0 {
+            return self.last_seq();
+        }
+        let head = {
+            let mut ring = self.ring.lock().expect("ring lock");
+            for _ in 0..count {
+                ring.head += 1;
+                let text = event_text(&self.json_id, ring.head, ts_ms, payload);
+                ring.entries.push_back(Entry {
+                    produced: now,
+                    text: Utf8Bytes::from(text),
+                });
+                if ring.entries.len() > self.retention {
+                    ring.entries.pop_front();
+                }
+            }
+            ring.head
+        };
+        self.head.send_replace(head);
+        head
+    }
+}
+
+/// The wire text of one event, written directly (the same bytes `UpstreamFrame::to_text` gives).
+fn event_text(json_id: &str, seq: u64, ts_ms: i64, json_payload: &str) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(64 + json_id.len() + json_payload.len());
+    s.push_str(r#"{"type":"event","stream_id":"#);
+    s.push_str(json_id);
+    write!(s, r#","seq":{seq},"ts_ms":{ts_ms},"payload":"#).expect("write to String");
+    s.push_str(json_payload);
+    s.push('}');
+    s
+}
+
+/// Production state, shared by the admin API and the producer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProductionState {
+    /// Producing at the configured rate.
+    Running,
+    /// Paused by the admin API; resumes without a burst.
+    Paused,
+    /// Stopped for good; every stream's `last_seq` is final.
+    Stopped,
+}
+
+/// All streams plus the production switches and counters.
+pub(crate) struct Feed {
+    pub streams: Vec<Arc<Stream>>,
+    by_id: std::collections::HashMap<Arc<str>, Arc<Stream>>,
+    /// The payload as a JSON string literal, shared by every event.
+    json_payload: String,
+    rate: f64,
+    state: AtomicU8,
+    /// Wakes the producer when the state changes.
+    state_changed: tokio::sync::Notify,
+    /// Events produced over all streams.
+    pub produced: AtomicU64,
+    /// Event frames handed to sockets over all connections.
+    pub sent: AtomicU64,
+}
+
+const RUNNING: u8 = 0;
+const PAUSED: u8 = 1;
+const STOPPED: u8 = 2;
+
+impl Feed {
+    pub fn new(ids: &[String], rate: f64, payload_bytes: usize, retention: usize) -> Self {
+        let streams: Vec<Arc<Stream>> = ids
+            .iter()
+            .map(|id| Arc::new(Stream::new(id, retention)))
+            .collect();
+        let by_id = streams.iter().map(|s| (s.id.clone(), s.clone())).collect();
+        Feed {
+            streams,
+            by_id,
+            json_payload: serde_json::to_string(&payload(payload_bytes))
+                .expect("strings serialise"),
+            rate,
+            state: AtomicU8::new(RUNNING),
+            state_changed: tokio::sync::Notify::new(),
+            produced: AtomicU64::new(0),
+            sent: AtomicU64::new(0),
+        }
+    }
+
+    pub fn stream(&self, id: &str) -> Option<&Arc<Stream>> {
+        self.by_id.get(id)
+    }
+
+    pub fn state(&self) -> ProductionState {
+        match self.state.load(Ordering::Acquire) {
+            RUNNING => ProductionState::Running,
+            PAUSED => ProductionState::Paused,
+            _ => ProductionState::Stopped,
+        }
+    }
+
+    /// Pauses or resumes production; `Stopped` is final and cannot be left.
+    pub fn set_state(&self, to: ProductionState) -> ProductionState {
+        let want = match to {
+            ProductionState::Running => RUNNING,
+            ProductionState::Paused => PAUSED,
+            ProductionState::Stopped => STOPPED,
+        };
+        let _ = self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |cur| {
+                (cur != STOPPED).then_some(want)
+            });
+        self.state_changed.notify_one();
+        self.state()
+    }
+
+    /// Produces `count` events now on one stream (for `rate = 0` runs); refused once stopped.
+    pub fn produce_now(&self, stream: &Stream, count: u64) -> Option<u64> {
+        if self.state() == ProductionState::Stopped {
+            return None;
+        }
+        let head = stream.produce(count, &self.json_payload, Instant::now(), unix_ms());
+        self.produced.fetch_add(count, Ordering::Relaxed);
+        Some(head)
+    }
+
+    /// The producer: one task advancing every stream by the events due since the last tick.
+    ///
+    /// The count due is computed from the time spent running (not from tick counts), so a late
+    /// tick catches up and a pause leaves no burst behind it.
+    pub async fn run_producer(self: Arc<Self>, tick: Duration) {
+        if self.rate <= 0.0 {
+            return;
+        }
+        let mut ticker = tokio::time::interval(tick);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut pacer = Pacer::new(self.rate);
+        loop {
+            match self.state() {
+                ProductionState::Stopped => return,
+                ProductionState::Paused => {
+                    pacer.pause(Instant::now());
+                    self.state_changed.notified().await;
+                    continue;
+                }
+                ProductionState::Running => {}
+            }
+            let now = Instant::now();
+            let count = pacer.due(now);
+            if count > 0 {
+                let ts_ms = unix_ms();
+                for stream in &self.streams {
+                    stream.produce(count, &self.json_payload, now, ts_ms);
+                }
+                self.produced
+                    .fetch_add(count * self.streams.len() as u64, Ordering::Relaxed);
+            }
+            tokio::select! {
+                _ = ticker.tick() => {}
+                _ = self.state_changed.notified() => {}
+            }
+        }
+    }
+}
+
+/// How many events each stream owes at an instant: `rate` times the time spent running, minus
+/// what was already produced. Counting from running time (not ticks) makes a late tick catch up
+/// and leaves no burst after a pause.
+struct Pacer {
+    rate: f64,
+    /// Running time before the current segment.
+    banked: Duration,
+    /// Start of the current running segment (`None` while paused).
+    segment_start: Option<Instant>,
+    done: u64,
+}
+
+impl Pacer {
+    fn new(rate: f64) -> Self {
+        Pacer {
+            rate,
+            banked: Duration::ZERO,
+            segment_start: None,
+            done: 0,
+        }
+    }
+
+    /// Ends the running segment at `now`.
+    fn pause(&mut self, now: Instant) {
+        if let Some(start) = self.segment_start.take() {
+            self.banked += now.saturating_duration_since(start);
+        }
+    }
+
+    /// Events due since the last call (starts a running segment if none is open).
+    fn due(&mut self, now: Instant) -> u64 {
+        let start = *self.segment_start.get_or_insert(now);
+        let running = self.banked + now.saturating_duration_since(start);
+        let due = (running.as_secs_f64() * self.rate).floor() as u64;
+        let count = due.saturating_sub(self.done);
+        self.done = self.done.max(due);
+        count
+    }
+}
+
+/// A deterministic ASCII payload of `bytes` bytes.
+fn payload(bytes: usize) -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    (0..bytes)
+        .map(|i| ALPHABET[i % ALPHABET.len()] as char)
+        .collect()
+}
+
+/// Wall-clock Unix milliseconds for `ts_ms`.
+fn unix_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lease_protocol::{UpstreamEvent, UpstreamFrame};
+
+    #[test]
+    fn event_text_is_the_protocol_frame() {
+        let feed = Feed::new(&["s-\"1\"".into()], 1.0, 5, 10);
+        let stream = &feed.streams[0];
+        feed.produce_now(stream, 1).unwrap();
+        let mut out = Vec::new();
+        assert!(matches!(stream.read(1, 10, &mut out), Read::Entries(1)));
+        let frame = UpstreamFrame::parse(&out[0].text).unwrap();
+        let UpstreamFrame::Event(UpstreamEvent {
+            stream_id,
+            seq,
+            payload,
+            ..
+        }) = &frame
+        else {
+            panic!("not an event: {frame:?}")
+        };
+        assert_eq!(
+            (stream_id.as_str(), *seq, payload.as_str()),
+            ("s-\"1\"", 1, "abcde")
+        );
+        assert_eq!(frame.to_text(), out[0].text.as_str());
+    }
+
+    #[test]
+    fn ring_keeps_the_last_retention_events() {
+        let feed = Feed::new(&["a".into()], 1.0, 0, 3);
+        let stream = &feed.streams[0];
+        let mut out = Vec::new();
+        assert!(matches!(stream.read(1, 10, &mut out), Read::Entries(0)));
+        feed.produce_now(stream, 5).unwrap();
+        assert_eq!(stream.last_seq(), 5);
+        assert_eq!(stream.oldest(), 3);
+        assert!(matches!(
+            stream.read(2, 10, &mut out),
+            Read::Behind { oldest: 3 }
+        ));
+        assert!(matches!(stream.read(4, 10, &mut out), Read::Entries(2)));
+        assert!(matches!(stream.read(3, 1, &mut out), Read::Entries(1)));
+        assert!(matches!(stream.read(6, 10, &mut out), Read::Entries(0)));
+        let seqs: Vec<u64> = out
+            .iter()
+            .map(|e| match UpstreamFrame::parse(&e.text).unwrap() {
+                UpstreamFrame::Event(ev) => ev.seq,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(seqs, [4, 5, 3]);
+    }
+
+    #[test]
+    fn stopped_is_final() {
+        let feed = Feed::new(&["a".into()], 1.0, 0, 3);
+        assert_eq!(
+            feed.set_state(ProductionState::Paused),
+            ProductionState::Paused
+        );
+        assert_eq!(
+            feed.set_state(ProductionState::Stopped),
+            ProductionState::Stopped
+        );
+        assert_eq!(
+            feed.set_state(ProductionState::Running),
+            ProductionState::Stopped
+        );
+        assert!(feed.produce_now(&feed.streams[0], 1).is_none());
+    }
+
+    #[test]
+    fn pacer_follows_the_rate_and_pauses_without_a_burst() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut pacer = Pacer::new(100.0);
+        assert_eq!(pacer.due(at(0)), 0);
+        assert_eq!(pacer.due(at(5)), 0);
+        assert_eq!(pacer.due(at(10)), 1);
+        assert_eq!(pacer.due(at(1000)), 99, "a late tick catches up");
+        pacer.pause(at(1000));
+        // Paused for 10 s: on resume nothing is owed for the pause.
+        assert_eq!(pacer.due(at(11_000)), 0);
+        assert_eq!(pacer.due(at(11_500)), 50);
+        let mut fractional = Pacer::new(0.5);
+        assert_eq!(fractional.due(at(0)), 0);
+        assert_eq!(fractional.due(at(1999)), 0);
+        assert_eq!(fractional.due(at(2000)), 1);
+    }
+
+    #[tokio::test]
+    async fn producer_produces_the_same_sequence_on_every_stream_and_stops_for_good() {
+        let feed = Arc::new(Feed::new(&["a".into(), "b".into()], 1000.0, 0, 100_000));
+        let task = tokio::spawn(feed.clone().run_producer(Duration::from_millis(5)));
+        while feed.streams[1].last_seq() < 20 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        feed.set_state(ProductionState::Stopped);
+        tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .expect("producer stops")
+            .unwrap();
+        let last = feed.streams[0].last_seq();
+        assert_eq!(feed.streams[1].last_seq(), last);
+        assert_eq!(feed.produced.load(Ordering::Relaxed), 2 * last);
+    }
+}
