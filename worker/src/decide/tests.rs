@@ -1,0 +1,389 @@
+//! Unit and property tests of the decision core, on a virtual clock.
+
+use super::*;
+use proptest::prelude::*;
+
+const LEASE: Duration = Duration::from_millis(3000);
+const MARGIN: Duration = Duration::from_millis(300);
+
+fn timing() -> Timing {
+    Timing {
+        lease: LEASE,
+        safety_margin: MARGIN,
+    }
+}
+
+fn item(id: &str, owner: Option<&str>, expires: Option<i64>) -> LeaseItem {
+    LeaseItem {
+        stream_id: id.to_string(),
+        owner_id: owner.map(str::to_string),
+        lease_expires_at: expires,
+        ..LeaseItem::default()
+    }
+}
+
+fn limits(max: usize) -> PlanLimits {
+    PlanLimits {
+        max_streams: max,
+        per_round: 8,
+        skew_ms: 200,
+    }
+}
+
+#[test]
+fn deadline_counts_from_the_request_start() {
+    let t0 = Instant::now();
+    let mut core = StreamCore::new(1, 0, t0, timing(), true);
+    assert_eq!(core.deadline(), t0 + LEASE - MARGIN);
+    assert!(core.may_publish(t0 + LEASE - MARGIN - Duration::from_millis(1)));
+    assert!(!core.may_publish(t0 + LEASE - MARGIN));
+    core.on_renewed(t0 + Duration::from_millis(1000));
+    assert_eq!(
+        core.deadline(),
+        t0 + Duration::from_millis(1000) + LEASE - MARGIN
+    );
+    // An older renewal answering late never moves the deadline back.
+    core.on_renewed(t0 + Duration::from_millis(10));
+    assert_eq!(
+        core.deadline(),
+        t0 + Duration::from_millis(1000) + LEASE - MARGIN
+    );
+}
+
+#[test]
+fn chaos_mode_ignores_the_deadline_but_not_a_loss() {
+    let t0 = Instant::now();
+    let mut core = StreamCore::new(1, 0, t0, timing(), false);
+    assert!(core.may_publish(t0 + LEASE * 10));
+    assert!(!core.past_deadline(t0 + LEASE * 10));
+    core.on_lost(LostReason::SinkFenced);
+    assert!(!core.may_publish(t0));
+}
+
+#[test]
+fn replays_are_skipped_and_jumps_retried_once() {
+    let mut core = StreamCore::new(1, 10, Instant::now(), timing(), true);
+    assert_eq!(core.resume_from(), 11);
+    assert_eq!(core.on_event(9), EventVerdict::Replayed);
+    assert_eq!(core.on_event(11), EventVerdict::Take);
+    assert_eq!(core.on_event(11), EventVerdict::Replayed);
+    assert_eq!(core.on_event(14), EventVerdict::Jump { expected: 12 });
+    assert_eq!(core.resume_from(), 12);
+    assert_eq!(core.on_event(14), EventVerdict::TakeAfterGap { missing: 2 });
+    assert_eq!(core.resume_from(), 15);
+}
+
+#[test]
+fn gap_notice_moves_past_lost_events_only() {
+    let mut core = StreamCore::new(1, 4, Instant::now(), timing(), true);
+    assert_eq!(core.on_gap(900), 895);
+    assert_eq!(core.resume_from(), 900);
+    assert_eq!(core.accepted(), 4, "a gap is not an acceptance");
+    assert_eq!(core.on_gap(10), 0);
+}
+
+#[test]
+fn checkpoint_follows_the_sink() {
+    let mut core = StreamCore::new(3, 0, Instant::now(), timing(), true);
+    assert_eq!(core.checkpoint_due(), None);
+    for seq in 1..=5 {
+        assert_eq!(core.on_event(seq), EventVerdict::Take);
+    }
+    assert_eq!(core.checkpoint_due(), None, "nothing accepted yet");
+    core.on_sink_accepted(3);
+    assert_eq!(core.checkpoint_due(), Some(3));
+    core.on_checkpoint_written(3);
+    assert_eq!(core.checkpoint_due(), None);
+    assert_eq!(core.checkpoint_lag(), 2);
+}
+
+#[test]
+fn backoff_is_bounded_and_stops_at_the_deadline() {
+    let t0 = Instant::now();
+    let core = StreamCore::new(1, 0, t0, timing(), true);
+    let b = Backoff {
+        base: Duration::from_millis(100),
+        cap: Duration::from_millis(1000),
+    };
+    assert_eq!(b.delay(0, 0.999_999).as_millis(), 99);
+    assert_eq!(b.delay(30, 0.5), Duration::from_millis(500));
+    assert!(core.retry_after(b, 3, 0.5, t0).is_some());
+    let late = core.deadline() - Duration::from_millis(100);
+    assert_eq!(core.retry_after(b, 5, 0.5, late), None);
+}
+
+#[test]
+fn free_and_expired_streams_are_candidates_held_ones_are_watched() {
+    let now = 100_000;
+    let items = vec![
+        item("free", None, None),
+        item("expired", Some("dead"), Some(now - 1_000)),
+        item("skewed", Some("b"), Some(now - 100)), // within the skew margin: still held
+        item("held", Some("b"), Some(now + 5_000)),
+        item("mine-stale", Some("me"), Some(now + 5_000)),
+    ];
+    let plan = plan(
+        &items,
+        &HashSet::new(),
+        "me",
+        &HashSet::new(),
+        now,
+        limits(usize::MAX),
+    );
+    let mut acquire = plan.acquire.clone();
+    acquire.sort();
+    assert_eq!(acquire, ["expired", "free", "mine-stale"]);
+    let mut watch = plan.watch.clone();
+    watch.sort();
+    assert_eq!(
+        watch,
+        [
+            ("held".to_string(), now + 5_201),
+            ("skewed".to_string(), now + 101)
+        ]
+    );
+    assert_eq!(plan.live_owners, 2, "b and me; `dead` let a lease lapse");
+    assert_eq!(plan.target, 3);
+}
+
+#[test]
+fn an_owner_with_a_lapsed_lease_is_not_counted_live() {
+    let now = 50_000;
+    let items = vec![
+        item("a", Some("x"), Some(now - 5_000)),
+        item("b", Some("x"), Some(now + 5_000)),
+        item("c", Some("y"), Some(now + 5_000)),
+        item("d", Some("y"), Some(now + 5_000)),
+    ];
+    let plan = plan(
+        &items,
+        &HashSet::new(),
+        "me",
+        &HashSet::new(),
+        now,
+        limits(usize::MAX),
+    );
+    assert_eq!(plan.live_owners, 2);
+    assert_eq!(plan.acquire, ["a"]);
+}
+
+#[test]
+fn excess_above_fair_share_plus_one_is_shed() {
+    let now = 0;
+    let mut items: Vec<LeaseItem> = (0..10)
+        .map(|i| item(&format!("s{i}"), Some("me"), Some(now + 9_000)))
+        .collect();
+    items.push(item("t0", Some("other"), Some(now + 9_000)));
+    let owned: HashSet<String> = (0..10).map(|i| format!("s{i}")).collect();
+    // 11 streams, 2 live owners: target 6, owned 10 → shed 4.
+    let plan = plan(
+        &items,
+        &HashSet::new(),
+        "me",
+        &owned,
+        now,
+        limits(usize::MAX),
+    );
+    assert_eq!(plan.target, 6);
+    assert_eq!(plan.shed.len(), 4);
+    assert!(plan.shed.iter().all(|s| owned.contains(s)));
+    assert!(plan.acquire.is_empty());
+}
+
+fn arb_items() -> impl Strategy<Value = Vec<LeaseItem>> {
+    let owners = prop::sample::select(vec!["a", "b", "c", "me"]);
+    prop::collection::vec(
+        (
+            prop::option::of(owners),
+            prop::option::of(-10_000i64..10_000),
+        ),
+        0..40,
+    )
+    .prop_map(|specs| {
+        specs
+            .into_iter()
+            .enumerate()
+            .map(|(i, (owner, expires))| item(&format!("s{i:03}"), owner, expires))
+            .collect()
+    })
+}
+
+proptest! {
+    /// Whatever the sequence of renewals and clock jumps, a stream may publish only before the
+    /// latest successful renewal's request start + lease − margin, and every timeout and retry
+    /// delay the core hands out ends before the deadline.
+    #[test]
+    fn never_publishes_past_the_local_deadline(
+        steps in prop::collection::vec((0u64..2_000, any::<bool>(), 0u64..2_000, 0.0f64..1.0), 1..60)
+    ) {
+        let t0 = Instant::now();
+        let mut core = StreamCore::new(1, 0, t0, timing(), true);
+        let mut now = t0;
+        let mut latest_start = t0;
+        for (advance, renewed, started_ago, unit) in steps {
+            now += Duration::from_millis(advance);
+            if renewed {
+                let started = now.checked_sub(Duration::from_millis(started_ago)).unwrap_or(t0).max(t0);
+                core.on_renewed(started);
+                latest_start = latest_start.max(started);
+            }
+            let bound = latest_start + LEASE - MARGIN;
+            if core.may_publish(now) {
+                prop_assert!(now < bound);
+            } else {
+                prop_assert!(core.past_deadline(now));
+            }
+            if let Some(t) = core.call_timeout(now, Duration::from_secs(5)) {
+                prop_assert!(now + t <= core.deadline());
+            }
+            let b = Backoff { base: Duration::from_millis(50), cap: Duration::from_secs(2) };
+            if let Some(d) = core.retry_after(b, 4, unit, now) {
+                prop_assert!(now + d < core.deadline());
+            }
+        }
+    }
+
+    /// Fence tokens admitted for a stream strictly increase, whatever the table answers.
+    #[test]
+    fn fence_never_decreases(acquisitions in prop::collection::vec((0usize..3, 0u64..20), 0..80)) {
+        let mut book = FenceBook::default();
+        let mut last: HashMap<usize, u64> = HashMap::new();
+        for (stream, fence) in acquisitions {
+            if book.admit(&format!("s{stream}"), fence) {
+                if let Some(prev) = last.get(&stream) {
+                    prop_assert!(fence > *prev);
+                }
+                last.insert(stream, fence);
+            }
+        }
+    }
+
+    /// The checkpoint due (and persisted) never passes what the sink accepted, accepted never
+    /// passes what was taken, and no sequence is taken twice.
+    #[test]
+    fn checkpoint_never_passes_sink_accepted(
+        start in 0u64..50,
+        ops in prop::collection::vec((0u8..5, 0u64..8), 0..120)
+    ) {
+        let mut core = StreamCore::new(1, start, Instant::now(), timing(), true);
+        let mut taken: Vec<u64> = Vec::new();
+        let mut acked_upto = 0usize;
+        let mut accepted_points = vec![start];
+        for (op, n) in ops {
+            match op {
+                // Next events, possibly a replay (n small) or a jump (n large).
+                0 | 1 => {
+                    let seq = (core.resume_from() + n).saturating_sub(2);
+                    match core.on_event(seq) {
+                        EventVerdict::Take | EventVerdict::TakeAfterGap { .. } => {
+                            if let Some(prev) = taken.last() { prop_assert!(seq > *prev); }
+                            prop_assert!(seq > start);
+                            taken.push(seq);
+                        }
+                        EventVerdict::Replayed => prop_assert!(seq <= core.taken()),
+                        EventVerdict::Jump { expected } => prop_assert_eq!(expected, core.resume_from()),
+                    }
+                }
+                // The sink accepts the next batch of up to n taken events.
+                2 => {
+                    let upto = (acked_upto + n as usize).min(taken.len());
+                    if upto > acked_upto {
+                        let through = taken[upto - 1];
+                        core.on_sink_accepted(through);
+                        accepted_points.push(through);
+                        acked_upto = upto;
+                    }
+                }
+                // A renewal carries the due checkpoint.
+                3 => {
+                    if let Some(cp) = core.checkpoint_due() {
+                        prop_assert!(cp <= core.accepted());
+                        core.on_checkpoint_written(cp);
+                    }
+                }
+                // A gap notice.
+                _ => {
+                    core.on_gap(core.resume_from() + n);
+                }
+            }
+            prop_assert!(core.persisted() <= core.accepted());
+            prop_assert!(core.accepted() <= core.taken());
+            prop_assert!(accepted_points.contains(&core.accepted()));
+            prop_assert!(accepted_points.contains(&core.persisted()));
+        }
+    }
+
+    /// A plan never exceeds the fair share, the cap or the per-round limit, never targets a stream
+    /// held by another live owner, and sheds only above fair share + 1.
+    #[test]
+    fn plans_respect_fair_share_and_leases(
+        items in arb_items(),
+        owned_mask in prop::collection::vec(any::<bool>(), 40),
+        max in 1usize..30,
+    ) {
+        let now = 0i64;
+        let owned: HashSet<String> = items
+            .iter()
+            .zip(&owned_mask)
+            .filter(|(i, m)| **m && i.owner_id.as_deref() == Some("me"))
+            .map(|(i, _)| i.stream_id.clone())
+            .collect();
+        let l = limits(max);
+        let p = plan(&items, &HashSet::new(), "me", &owned, now, l);
+        prop_assert!(p.target <= max);
+        prop_assert!(p.acquire.len() <= l.per_round);
+        prop_assert!(owned.len() + p.acquire.len() <= p.target.max(owned.len()));
+        for id in &p.acquire {
+            let it = items.iter().find(|i| &i.stream_id == id).unwrap();
+            prop_assert!(!owned.contains(id));
+            let free = it.owner_id.is_none()
+                || it.owner_id.as_deref() == Some("me")
+                || it.lease_expires_at.is_some_and(|t| t < now - l.skew_ms);
+            prop_assert!(free, "{:?} is held", it);
+        }
+        if !p.shed.is_empty() {
+            prop_assert!(owned.len() > p.target + 1);
+            prop_assert!(p.shed.iter().all(|s| owned.contains(s)));
+        }
+    }
+
+    /// Workers planning in turn over one table (a cold start, then a churn of rounds) end with
+    /// every stream owned and nobody above ⌈streams / workers⌉ + 1.
+    #[test]
+    fn cold_start_spreads_over_workers(workers in 1usize..12, streams in 0usize..120) {
+        let names: Vec<String> = (0..workers).map(|w| format!("w{w}")).collect();
+        let mut table: Vec<LeaseItem> = (0..streams).map(|s| item(&format!("s{s:03}"), None, None)).collect();
+        let now = 1_000_000;
+        let mut bids: HashSet<String> = HashSet::new();
+        for _round in 0..40 {
+            for me in &names {
+                let owned: HashSet<String> = table
+                    .iter()
+                    .filter(|i| i.owner_id.as_deref() == Some(me.as_str()))
+                    .map(|i| i.stream_id.clone())
+                    .collect();
+                let others: HashSet<String> = bids.iter().filter(|b| *b != me).cloned().collect();
+                let p = plan(&table, &others, me, &owned, now, limits(usize::MAX));
+                if p.bid.is_some() {
+                    bids.insert(me.clone());
+                }
+                for id in p.acquire {
+                    let it = table.iter_mut().find(|i| i.stream_id == id).unwrap();
+                    it.owner_id = Some(me.clone());
+                    it.lease_expires_at = Some(now + 10_000);
+                }
+                for id in p.shed {
+                    let it = table.iter_mut().find(|i| i.stream_id == id).unwrap();
+                    it.owner_id = None;
+                    it.lease_expires_at = None;
+                }
+            }
+        }
+        prop_assert!(table.iter().all(|i| i.owner_id.is_some()), "a stream was left unowned");
+        let fair = streams.div_ceil(workers);
+        for me in &names {
+            let n = table.iter().filter(|i| i.owner_id.as_deref() == Some(me.as_str())).count();
+            prop_assert!(n <= fair + 1, "{me} owns {n}, fair share {fair}");
+        }
+    }
+}

@@ -1,0 +1,363 @@
+//! Discovery and acquisition: the supervisor loop that scans the table, asks [`decide::plan`]
+//! what to do, acquires streams, spawns their runners, sheds excess, and (in expiry-aware mode)
+//! wakes up right when a watched lease expires instead of at the next scan.
+//!
+//! The scan only hints at candidates; every ownership change is a conditional write. This module
+//! never publishes, and never touches a stream it does not own except through `acquire`.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use futures_util::FutureExt;
+use lease_table::ops::Outcome;
+use lease_table::LeaseItem;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::config::{AcquireMode, Config};
+use crate::decide::{self, FenceBook, PlanLimits};
+use crate::http::Readiness;
+use crate::stream::{self, Acquired, Control, Exit, Shared, AWS_CALL_TIMEOUT};
+
+/// At most this many acquisitions (and sheds) per round, so a cold start spreads.
+pub const PER_ROUND: usize = 8;
+/// While below the fair share with candidates left, the next scan comes this soon.
+pub const FAST_RESCAN: Duration = Duration::from_millis(250);
+/// Each scan page may take this long.
+pub const SCAN_PAGE_TIMEOUT: Duration = Duration::from_secs(5);
+
+struct Owned {
+    control: watch::Sender<Control>,
+    releasing: bool,
+}
+
+/// Owns the set of running streams of this process.
+pub struct Supervisor {
+    shared: Arc<Shared>,
+    config: Arc<Config>,
+    readiness: Arc<Readiness>,
+    owned: HashMap<String, Owned>,
+    tasks: JoinSet<(String, Exit)>,
+    known: Vec<LeaseItem>,
+    bids: Vec<(String, i64)>,
+    fences: FenceBook,
+    recently_shed: HashMap<String, Instant>,
+    next_watch_ms: Option<i64>,
+}
+
+impl Supervisor {
+    /// A supervisor with nothing owned yet.
+    pub fn new(shared: Arc<Shared>, config: Arc<Config>, readiness: Arc<Readiness>) -> Self {
+        Supervisor {
+            shared,
+            config,
+            readiness,
+            owned: HashMap::new(),
+            tasks: JoinSet::new(),
+            known: Vec::new(),
+            bids: Vec::new(),
+            fences: FenceBook::default(),
+            recently_shed: HashMap::new(),
+            next_watch_ms: None,
+        }
+    }
+
+    fn limits(&self) -> PlanLimits {
+        PlanLimits {
+            max_streams: self.config.max_streams,
+            per_round: PER_ROUND,
+            skew_ms: self.config.skew_margin.as_millis() as i64,
+        }
+    }
+
+    fn jittered(&self, base: Duration) -> Duration {
+        // ±10 % so that workers started together do not scan in lockstep.
+        base.mul_f64(0.9 + 0.2 * rand::random::<f64>())
+    }
+
+    /// Scans and acquires until `shutdown` resolves, then drains every stream within the drain
+    /// budget. Returns the number of streams whose release could not be confirmed.
+    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) -> usize {
+        tokio::pin!(shutdown);
+        let mut next_scan = Instant::now();
+        loop {
+            let watch_at = match (self.config.acquire_mode, self.next_watch_ms) {
+                (AcquireMode::ExpiryAware, Some(ms)) => {
+                    let wait = (ms - lease_table::now_ms()).max(0) as u64;
+                    Some(Instant::now() + Duration::from_millis(wait))
+                }
+                _ => None,
+            };
+            let far = Instant::now() + Duration::from_secs(3600);
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = tokio::time::sleep_until(next_scan) => {
+                    let hurry = self.scan_round().await;
+                    let base = if hurry { FAST_RESCAN.min(self.config.scan) } else { self.config.scan };
+                    next_scan = Instant::now() + self.jittered(base);
+                }
+                _ = tokio::time::sleep_until(watch_at.unwrap_or(far)), if watch_at.is_some() => {
+                    if self.acquire_round().await {
+                        next_scan = next_scan.min(Instant::now() + self.jittered(FAST_RESCAN.min(self.config.scan)));
+                    }
+                }
+                Some(joined) = self.tasks.join_next(), if !self.tasks.is_empty() => self.on_exit(joined),
+            }
+        }
+        self.drain().await
+    }
+
+    /// One discovery scan and acquisition round. Returns true when another round should follow soon.
+    async fn scan_round(&mut self) -> bool {
+        match self.shared.table.scan(SCAN_PAGE_TIMEOUT).await {
+            Ok(view) => {
+                if !self.readiness.scanned.swap(true, Ordering::Relaxed) {
+                    tracing::info!(
+                        streams = view.items.len(),
+                        "first discovery scan done; ready"
+                    );
+                }
+                self.known = view.items;
+                self.bids = view.bids;
+                self.acquire_round().await
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "discovery scan failed");
+                false
+            }
+        }
+    }
+
+    /// Plans on the current view and acts: acquire, shed, set the next watch. Returns true when
+    /// candidates remained that this worker wanted (so a quick rescan is worth it).
+    async fn acquire_round(&mut self) -> bool {
+        let now_ms = lease_table::now_ms();
+        let owned: HashSet<String> = self.owned.keys().cloned().collect();
+        let me = self.shared.owner_id.clone();
+        let fresh = now_ms - self.config.lease.as_millis() as i64;
+        let bidders: HashSet<String> = self
+            .bids
+            .iter()
+            .filter(|(bidder, at)| *at >= fresh && **bidder != *me)
+            .map(|(bidder, _)| bidder.clone())
+            .collect();
+        let plan = decide::plan(&self.known, &bidders, &me, &owned, now_ms, self.limits());
+
+        let metrics = &self.shared.metrics;
+        metrics.table_streams.set(self.known.len() as i64);
+        metrics.live_owners.set(plan.live_owners as i64);
+        metrics
+            .fair_share
+            .set(plan.target.min(i64::MAX as usize) as i64);
+        let cutoff = now_ms - self.limits().skew_ms;
+        let unowned = self
+            .known
+            .iter()
+            .filter(|i| !owned.contains(&i.stream_id))
+            .filter(|i| i.owner_id.is_none() || i.lease_expires_at.is_none_or(|t| t < cutoff))
+            .count();
+        metrics.unowned_streams.set(unowned as i64);
+
+        let now = Instant::now();
+        let cooldown = self.config.scan * 2;
+        self.recently_shed
+            .retain(|_, at| now.duration_since(*at) < cooldown);
+        let attempts: Vec<String> = plan
+            .acquire
+            .into_iter()
+            .filter(|s| !self.recently_shed.contains_key(s))
+            .collect();
+        let raced = self.acquire_all(&attempts).await;
+        if let Some(stream_id) = &plan.bid {
+            tracing::debug!(%stream_id, target = plan.target, owned = self.owned.len(), "starved below the fair share; bidding");
+            if let Err(e) = self.shared.table.bid(stream_id, AWS_CALL_TIMEOUT).await {
+                tracing::warn!(%stream_id, error = %e, "bid failed");
+            }
+        }
+
+        let releasing = self.owned.values().filter(|o| o.releasing).count();
+        let want = plan.shed.len().saturating_sub(releasing);
+        let shed: Vec<String> = plan
+            .shed
+            .into_iter()
+            .filter(|s| self.owned.get(s).is_some_and(|o| !o.releasing))
+            .take(want)
+            .collect();
+        for stream_id in shed {
+            self.release_one(&stream_id, "shed");
+        }
+
+        self.next_watch_ms = plan
+            .watch
+            .iter()
+            .map(|(_, at)| *at)
+            .filter(|at| *at > now_ms)
+            .min();
+        (plan.deferred > 0 || raced) && self.owned.len() < plan.target
+    }
+
+    /// Tries every stream in `streams` at once; returns true when any race was lost.
+    async fn acquire_all(&mut self, streams: &[String]) -> bool {
+        if streams.is_empty() {
+            return false;
+        }
+        let lease = self.config.lease;
+        let skew = self.config.skew_margin;
+        let table = &self.shared.table;
+        let results = join_all(streams.iter().map(|stream_id| async move {
+            let started = Instant::now();
+            let result = table
+                .acquire(stream_id, lease, skew, AWS_CALL_TIMEOUT)
+                .await;
+            (stream_id.clone(), started, result)
+        }))
+        .await;
+        let mut raced = false;
+        for (stream_id, started, result) in results {
+            match result {
+                Ok(Outcome::Done(item)) => self.start(item, started),
+                Ok(Outcome::Refused { current }) => {
+                    raced = true;
+                    tracing::debug!(%stream_id, holder = ?current.as_ref().and_then(|c| c.owner_id.clone()), "acquire refused");
+                    if let Some(current) = current {
+                        self.remember(current);
+                    }
+                }
+                Err(e) => tracing::warn!(%stream_id, error = %e, "acquire failed"),
+            }
+        }
+        raced
+    }
+
+    fn remember(&mut self, item: LeaseItem) {
+        match self
+            .known
+            .iter_mut()
+            .find(|k| k.stream_id == item.stream_id)
+        {
+            Some(slot) => *slot = item,
+            None => self.known.push(item),
+        }
+    }
+
+    fn start(&mut self, item: LeaseItem, started: Instant) {
+        let fence = item.fence_token.unwrap_or(0);
+        let stream_id = item.stream_id.clone();
+        self.remember(item.clone());
+        if !self.fences.admit(&stream_id, fence) {
+            tracing::error!(%stream_id, fence_token = fence, "acquired with a fence token not above one seen before (was the table restored?); not publishing with it");
+            return;
+        }
+        let acquired = Acquired {
+            stream_id: stream_id.clone(),
+            fence,
+            checkpoint: item.checkpoint.unwrap_or(0),
+            started,
+        };
+        self.shared.metrics.acquisitions.inc();
+        let (control, rx) = watch::channel(Control::Run);
+        let shared = self.shared.clone();
+        self.tasks.spawn(async move {
+            let run = std::panic::AssertUnwindSafe(stream::run_stream(shared.clone(), acquired, rx));
+            match run.catch_unwind().await {
+                Ok(exit) => (stream_id, exit),
+                Err(_) => {
+                    tracing::error!(%stream_id, "stream task panicked; it stopped publishing and its lease will expire");
+                    shared.metrics.untrack_stream(&stream_id);
+                    (stream_id, Exit::Panicked)
+                }
+            }
+        });
+        self.owned.insert(
+            item.stream_id,
+            Owned {
+                control,
+                releasing: false,
+            },
+        );
+        self.shared
+            .metrics
+            .owned_streams
+            .set(self.owned.len() as i64);
+    }
+
+    fn release_one(&mut self, stream_id: &str, reason: &'static str) {
+        let Some(owned) = self.owned.get_mut(stream_id) else {
+            return;
+        };
+        owned.releasing = true;
+        let by = Instant::now() + self.config.drain.min(self.config.lease / 2);
+        let _ = owned.control.send(Control::Release { by, reason });
+        if reason == "shed" {
+            self.recently_shed
+                .insert(stream_id.to_string(), Instant::now());
+            tracing::info!(%stream_id, "shedding a stream above the fair share");
+        }
+    }
+
+    fn on_exit(&mut self, joined: Result<(String, Exit), tokio::task::JoinError>) {
+        match joined {
+            Ok((stream_id, exit)) => {
+                self.owned.remove(&stream_id);
+                tracing::debug!(%stream_id, ?exit, "stream task ended");
+            }
+            Err(e) => tracing::error!(error = %e, "a stream task was cancelled"),
+        }
+        self.shared
+            .metrics
+            .owned_streams
+            .set(self.owned.len() as i64);
+    }
+
+    /// Drain: stop acquiring, ask every stream to flush and release, wait up to the budget.
+    async fn drain(mut self) -> usize {
+        self.readiness.draining.store(true, Ordering::Relaxed);
+        let budget = self.config.drain;
+        let deadline = Instant::now() + budget;
+        // Leave a little of the budget for the release writes themselves.
+        let by = Instant::now() + budget.mul_f64(0.8);
+        tracing::info!(
+            streams = self.owned.len(),
+            budget_ms = budget.as_millis() as u64,
+            "draining"
+        );
+        for owned in self.owned.values_mut() {
+            owned.releasing = true;
+            let _ = owned.control.send(Control::Release {
+                by,
+                reason: "drain",
+            });
+        }
+        let mut unconfirmed = 0;
+        loop {
+            match tokio::time::timeout_at(deadline, self.tasks.join_next()).await {
+                Ok(Some(Ok((stream_id, exit)))) => {
+                    self.owned.remove(&stream_id);
+                    if exit != Exit::Released {
+                        unconfirmed += 1;
+                    }
+                }
+                Ok(Some(Err(e))) => {
+                    tracing::error!(error = %e, "a stream task was cancelled while draining");
+                    unconfirmed += 1;
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    unconfirmed += self.tasks.len();
+                    tracing::error!(
+                        left = self.tasks.len(),
+                        "drain budget exhausted; leaving the rest to expire"
+                    );
+                    self.tasks.abort_all();
+                    break;
+                }
+            }
+        }
+        self.shared.metrics.owned_streams.set(0);
+        unconfirmed
+    }
+}

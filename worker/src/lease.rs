@@ -1,0 +1,299 @@
+//! DynamoDB access for the worker: the conditional lease writes of design §2 (from
+//! `lease_table::ops`) and the paginated discovery scan, each under a caller-given timeout and
+//! counted in `lease_worker_dynamodb_requests_total{op,outcome}`.
+//!
+//! This module makes exactly one request per call and never retries or decides what a result
+//! means for ownership; the stream runner and the discovery loop do that.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::error::ProvideErrorMetadata;
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::Client;
+use lease_table::ops::{self, ErrorKind, Holder, OpError, Outcome};
+use lease_table::LeaseItem;
+
+use crate::metrics::Metrics;
+
+/// The IAM actions of every DynamoDB operation this worker calls.
+pub const DYNAMODB_ACTIONS: &[&str] = &["dynamodb:Scan", "dynamodb:UpdateItem"];
+
+/// Extra attribute (design §2 allows more): a starved worker's id, written on a held stream so
+/// that its owner counts the bidder as a live owner and sheds down to the fair share. The source
+/// design's `lease_demo.py` ignores it.
+pub const BID_OWNER: &str = "bid_owner";
+/// Extra attribute: Unix ms of the bid; bids older than one lease are ignored.
+pub const BID_AT: &str = "bid_at";
+
+/// One discovery scan: the lease items and the bids seen on them (`(bidder, unix ms)`).
+#[derive(Debug, Clone, Default)]
+pub struct ScanView {
+    pub items: Vec<LeaseItem>,
+    pub bids: Vec<(String, i64)>,
+}
+
+/// Why a call produced no answer.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CallError {
+    /// No answer within the timeout (which never exceeds the time left on the lease).
+    #[error("DynamoDB {op} timed out after {after:?}")]
+    Timeout { op: &'static str, after: Duration },
+    /// DynamoDB or the network answered with an error.
+    #[error(transparent)]
+    Failed(#[from] OpError),
+}
+
+impl CallError {
+    /// Metric label of the failure.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            CallError::Timeout { .. } => "timeout",
+            CallError::Failed(e) if e.kind == ErrorKind::Throttled => "throttled",
+            CallError::Failed(_) => "error",
+        }
+    }
+}
+
+/// The lease table as this worker uses it.
+#[derive(Clone)]
+pub struct LeaseTable {
+    client: Client,
+    table: Arc<str>,
+    owner_id: Arc<str>,
+    metrics: Arc<Metrics>,
+}
+
+impl LeaseTable {
+    /// Wraps a client for `table`, writing as `owner_id`.
+    pub fn new(client: Client, table: &str, owner_id: &str, metrics: Arc<Metrics>) -> Self {
+        LeaseTable {
+            client,
+            table: table.into(),
+            owner_id: owner_id.into(),
+            metrics,
+        }
+    }
+
+    /// This worker's owner id.
+    pub fn owner_id(&self) -> &str {
+        &self.owner_id
+    }
+
+    fn holder(&self, fence_token: u64) -> Holder<'_> {
+        Holder {
+            owner_id: &self.owner_id,
+            fence_token,
+        }
+    }
+
+    async fn timed<T>(
+        &self,
+        op: &'static str,
+        timeout: Duration,
+        call: impl std::future::Future<Output = Result<Outcome<T>, OpError>>,
+    ) -> Result<Outcome<T>, CallError> {
+        let result = match tokio::time::timeout(timeout, call).await {
+            Ok(Ok(outcome)) => Ok(outcome),
+            Ok(Err(e)) => Err(CallError::Failed(e)),
+            Err(_) => Err(CallError::Timeout { op, after: timeout }),
+        };
+        let outcome = match &result {
+            Ok(Outcome::Done(_)) => "ok",
+            Ok(Outcome::Refused { .. }) => "conditional_failed",
+            Err(e) => e.outcome(),
+        };
+        self.metrics.dynamodb(op, outcome);
+        result
+    }
+
+    /// Acquire (design §2) with a lease of `lease` from now.
+    pub async fn acquire(
+        &self,
+        stream_id: &str,
+        lease: Duration,
+        skew: Duration,
+        timeout: Duration,
+    ) -> Result<Outcome<LeaseItem>, CallError> {
+        let now = lease_table::now_ms();
+        let call = ops::acquire(
+            &self.client,
+            &self.table,
+            stream_id,
+            &self.owner_id,
+            lease.as_millis() as i64,
+            now,
+            skew.as_millis() as i64,
+        );
+        self.timed("acquire", timeout, call).await
+    }
+
+    /// Renew (design §2), carrying `checkpoint` when one is due.
+    pub async fn renew(
+        &self,
+        stream_id: &str,
+        fence: u64,
+        lease: Duration,
+        checkpoint: Option<u64>,
+        timeout: Duration,
+    ) -> Result<Outcome<()>, CallError> {
+        let now = lease_table::now_ms();
+        let call = ops::renew(
+            &self.client,
+            &self.table,
+            stream_id,
+            self.holder(fence),
+            lease.as_millis() as i64,
+            now,
+            checkpoint,
+        );
+        self.timed("renew", timeout, call).await
+    }
+
+    /// Checkpoint alone (design §2).
+    pub async fn checkpoint(
+        &self,
+        stream_id: &str,
+        fence: u64,
+        checkpoint: u64,
+        timeout: Duration,
+    ) -> Result<Outcome<()>, CallError> {
+        let now = lease_table::now_ms();
+        let call = ops::checkpoint(
+            &self.client,
+            &self.table,
+            stream_id,
+            self.holder(fence),
+            checkpoint,
+            now,
+        );
+        self.timed("checkpoint", timeout, call).await
+    }
+
+    /// Release (design §2) with a final checkpoint when one is due.
+    pub async fn release(
+        &self,
+        stream_id: &str,
+        fence: u64,
+        checkpoint: Option<u64>,
+        timeout: Duration,
+    ) -> Result<Outcome<()>, CallError> {
+        let now = lease_table::now_ms();
+        let call = ops::release(
+            &self.client,
+            &self.table,
+            stream_id,
+            self.holder(fence),
+            checkpoint,
+            now,
+        );
+        self.timed("release", timeout, call).await
+    }
+
+    /// Reads the whole table (paginated, eventually consistent: it only hints at candidates;
+    /// conditional writes decide). Each page has its own `page_timeout`. Malformed items are
+    /// logged and skipped.
+    pub async fn scan(&self, page_timeout: Duration) -> Result<ScanView, CallError> {
+        let mut view = ScanView::default();
+        let mut start_key = None;
+        loop {
+            let request = self
+                .client
+                .scan()
+                .table_name(&*self.table)
+                .set_exclusive_start_key(start_key)
+                .send();
+            let page = match tokio::time::timeout(page_timeout, request).await {
+                Ok(Ok(page)) => {
+                    self.metrics.dynamodb("scan", "ok");
+                    page
+                }
+                Ok(Err(e)) => {
+                    let throttled = e
+                        .as_service_error()
+                        .and_then(|s| s.code())
+                        .is_some_and(|c| {
+                            c.contains("Throttl") || c.contains("ProvisionedThroughputExceeded")
+                        });
+                    let kind = if throttled {
+                        ErrorKind::Throttled
+                    } else {
+                        ErrorKind::Other
+                    };
+                    let err = CallError::Failed(OpError {
+                        op: "scan",
+                        stream_id: String::new(),
+                        kind,
+                        message: aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string(),
+                    });
+                    self.metrics.dynamodb("scan", err.outcome());
+                    return Err(err);
+                }
+                Err(_) => {
+                    self.metrics.dynamodb("scan", "timeout");
+                    return Err(CallError::Timeout {
+                        op: "scan",
+                        after: page_timeout,
+                    });
+                }
+            };
+            for raw in page.items() {
+                match LeaseItem::from_item(raw) {
+                    Ok(item) => view.items.push(item),
+                    Err(e) => tracing::warn!(error = %e, "skipping a malformed lease item"),
+                }
+                if let (Some(AttributeValue::S(bidder)), Some(AttributeValue::N(at))) =
+                    (raw.get(BID_OWNER), raw.get(BID_AT))
+                {
+                    if let Ok(at) = at.parse::<i64>() {
+                        view.bids.push((bidder.clone(), at));
+                    }
+                }
+            }
+            match page.last_evaluated_key() {
+                Some(key) if !key.is_empty() => start_key = Some(key.clone()),
+                _ => break,
+            }
+        }
+        Ok(view)
+    }
+
+    /// Records this worker's bid on a stream someone else holds (one conditional write).
+    pub async fn bid(&self, stream_id: &str, timeout: Duration) -> Result<Outcome<()>, CallError> {
+        let now = lease_table::now_ms();
+        let call = async {
+            let result = self
+                .client
+                .update_item()
+                .table_name(&*self.table)
+                .key(
+                    lease_table::attr::STREAM_ID,
+                    AttributeValue::S(stream_id.to_string()),
+                )
+                .update_expression("SET #bo = :me, #ba = :now")
+                .condition_expression("attribute_exists(owner_id) AND owner_id <> :me")
+                .expression_attribute_names("#bo", BID_OWNER)
+                .expression_attribute_names("#ba", BID_AT)
+                .expression_attribute_values(":me", AttributeValue::S(self.owner_id.to_string()))
+                .expression_attribute_values(":now", AttributeValue::N(now.to_string()))
+                .send()
+                .await;
+            match result {
+                Ok(_) => Ok(Outcome::Done(())),
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+                {
+                    Ok(Outcome::Refused { current: None })
+                }
+                Err(e) => Err(OpError {
+                    op: "bid",
+                    stream_id: stream_id.to_string(),
+                    kind: ErrorKind::Other,
+                    message: aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string(),
+                }),
+            }
+        };
+        self.timed("bid", timeout, call).await
+    }
+}

@@ -1,0 +1,123 @@
+//! Wiring: builds the DynamoDB client, the sink client, metrics and the HTTP listener, runs the
+//! supervisor until `shutdown` resolves, then drains within `DRAIN_SECONDS`.
+//!
+//! Shutdown is a parameter, so tests pass their own signal; OS signals are handled by the binary.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_config::BehaviorVersion;
+
+use crate::config::{resolve_owner_id, Config};
+use crate::decide::Timing;
+use crate::discovery::Supervisor;
+use crate::http::{self, Readiness};
+use crate::lease::LeaseTable;
+use crate::metrics::Metrics;
+use crate::sink::Sink;
+use crate::stream::Shared;
+
+/// Why the worker could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The metrics listener could not be bound or its address file written.
+    #[error("{0}")]
+    Listener(#[from] std::io::Error),
+}
+
+/// What a finished run reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunSummary {
+    /// The owner id the worker used.
+    pub owner_id: String,
+    /// Streams whose release at drain could not be confirmed (left to expire).
+    pub unreleased: usize,
+}
+
+/// Builds the DynamoDB client: the SDK's default chain, our region/endpoint when given, and no
+/// SDK-level retries (the worker retries itself, bounded by each lease's local deadline).
+pub async fn dynamodb_client(config: &Config) -> aws_sdk_dynamodb::Client {
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .retry_config(RetryConfig::disabled())
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(Duration::from_secs(1))
+                .build(),
+        );
+    if let Some(region) = &config.aws_region {
+        loader = loader.region(aws_config::Region::new(region.clone()));
+    }
+    if let Some(endpoint) = &config.aws_endpoint_url {
+        loader = loader.endpoint_url(endpoint);
+    }
+    aws_sdk_dynamodb::Client::new(&loader.load().await)
+}
+
+/// Runs the worker until `shutdown` resolves, then drains and returns.
+pub async fn run(
+    config: Config,
+    shutdown: impl Future<Output = ()>,
+) -> Result<RunSummary, RunError> {
+    let owner_id = resolve_owner_id(config.owner_id.as_deref()).await;
+    if config.chaos_skip_deadline_check {
+        tracing::error!(
+            owner_id = %owner_id,
+            "CHAOS_SKIP_DEADLINE_CHECK is ON: this worker ignores its local lease deadline and \
+             refused renewals and keeps publishing until the sink fences it. TEST ONLY."
+        );
+    }
+    let metrics = Arc::new(Metrics::new());
+    let readiness = Arc::new(Readiness::default());
+    let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
+    let (bound, http_task) = http::serve(
+        config.metrics_addr,
+        config.metrics_addr_file.as_deref(),
+        metrics.clone(),
+        readiness.clone(),
+        async move {
+            let _ = http_stopped.await;
+        },
+    )
+    .await?;
+    tracing::info!(
+        owner_id = %owner_id,
+        metrics_addr = %bound,
+        table = %config.table,
+        lease_ms = config.lease.as_millis() as u64,
+        renew_ms = config.renew.as_millis() as u64,
+        scan_ms = config.scan.as_millis() as u64,
+        mode = ?config.acquire_mode,
+        "lease-worker started"
+    );
+
+    let client = dynamodb_client(&config).await;
+    let owner: Arc<str> = owner_id.as_str().into();
+    let shared = Arc::new(Shared {
+        table: LeaseTable::new(client, &config.table, &owner_id, metrics.clone()),
+        sink: Sink::new(&config.sink_url),
+        metrics: metrics.clone(),
+        owner_id: owner,
+        upstream_url: config.upstream_url.clone(),
+        timing: Timing {
+            lease: config.lease,
+            safety_margin: config.safety_margin,
+        },
+        renew_every: config.renew,
+        batch_max_events: config.batch_max_events,
+        batch_max_delay: config.batch_max_delay,
+        enforce_deadline: !config.chaos_skip_deadline_check,
+    });
+    let config = Arc::new(config);
+    let supervisor = Supervisor::new(shared, config, readiness);
+    let unreleased = supervisor.run(shutdown).await;
+    tracing::info!(unreleased, "drained; exiting");
+    let _ = stop_http.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(1), http_task).await;
+    Ok(RunSummary {
+        owner_id,
+        unreleased,
+    })
+}

@@ -1,0 +1,102 @@
+//! The sink client (design §4): posts one serialised `SinkBatch` and classifies the answer.
+//!
+//! One shared `reqwest` client (connection pool) for every stream of the process. This module
+//! sends exactly one request per call; retrying, and what a 409 means, are the stream runner's.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use lease_protocol::{SinkAck, SinkBatch};
+
+/// What the sink said about a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SinkAnswer {
+    /// 2xx: stored (duplicates counted by the sink).
+    Accepted(Option<SinkAck>),
+    /// 409: a higher fence token exists; the stream is lost.
+    Fenced(String),
+    /// Anything else: retry with backoff. `status` is the metric label.
+    Transient {
+        status: &'static str,
+        detail: String,
+    },
+}
+
+/// A sink client for one `SINK_URL`.
+#[derive(Clone)]
+pub struct Sink {
+    client: reqwest::Client,
+    base: String,
+}
+
+impl Sink {
+    /// A client posting under `base` (no trailing slash).
+    pub fn new(base: &str) -> Self {
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(2))
+            .pool_idle_timeout(Duration::from_secs(30))
+            .tcp_nodelay(true)
+            .build()
+            .expect("a plain HTTP client always builds");
+        Sink {
+            client,
+            base: base.trim_end_matches('/').to_string(),
+        }
+    }
+
+    /// The URL batches of `stream_id` go to.
+    pub fn url_for(&self, stream_id: &str) -> String {
+        format!("{}{}", self.base, lease_protocol::sink_path(stream_id))
+    }
+
+    /// Serialises a batch once; the bytes are reused on retries.
+    pub fn encode(batch: &SinkBatch) -> Bytes {
+        Bytes::from(serde_json::to_vec(batch).expect("sink batches always serialise"))
+    }
+
+    /// Posts `body` to `url` within `timeout`.
+    pub async fn post(&self, url: &str, body: Bytes, timeout: Duration) -> SinkAnswer {
+        let sent = self
+            .client
+            .post(url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .timeout(timeout)
+            .body(body)
+            .send()
+            .await;
+        let response = match sent {
+            Ok(r) => r,
+            Err(e) if e.is_timeout() => {
+                return SinkAnswer::Transient {
+                    status: "timeout",
+                    detail: e.to_string(),
+                }
+            }
+            Err(e) => {
+                return SinkAnswer::Transient {
+                    status: "connect",
+                    detail: e.to_string(),
+                }
+            }
+        };
+        let status = response.status();
+        if status.is_success() {
+            let ack = response.json::<SinkAck>().await.ok();
+            return SinkAnswer::Accepted(ack);
+        }
+        let detail = response.text().await.unwrap_or_default();
+        let detail: String = detail.chars().take(200).collect();
+        if status.as_u16() == 409 {
+            SinkAnswer::Fenced(detail)
+        } else {
+            SinkAnswer::Transient {
+                status: if status.is_server_error() {
+                    "5xx"
+                } else {
+                    "4xx"
+                },
+                detail: format!("HTTP {status}: {detail}"),
+            }
+        }
+    }
+}

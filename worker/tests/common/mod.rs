@@ -1,0 +1,325 @@
+//! Test fixtures: DynamoDB Local with a seeded table, the real mock upstream in-process, a tiny
+//! fencing sink that records every receipt, and `lease-worker` child processes that are killed
+//! when their guard drops (also on panic).
+
+#![allow(dead_code)]
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::{Json, Router};
+use lease_protocol::{SinkAck, SinkBatch, SinkRejection};
+use tokio::time::Instant;
+
+pub const TABLE: &str = "websocket-leases";
+
+/// Heavy tests (DynamoDB Local + worker processes) run one at a time: timing bounds stay honest
+/// on a shared two-core machine.
+pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// DynamoDB Local with the lease table created and `streams` seeded (items holding only `stream_id`).
+pub async fn dynamo(streams: &[&str]) -> dynamodb_local::DynamoLocal {
+    let ddb = dynamodb_local::DynamoLocal::start(&dynamodb_local::Options::default())
+        .await
+        .expect("DynamoDB Local starts");
+    let client = ddb.client();
+    lease_table::create_table(&client, TABLE)
+        .await
+        .expect("table");
+    lease_table::seed_streams(&client, TABLE, streams)
+        .await
+        .expect("seed");
+    ddb
+}
+
+/// The real mock upstream, producing `rate` events/s per stream.
+pub async fn upstream(streams: &[&str], rate: f64) -> (SocketAddr, mock_upstream::UpstreamHandle) {
+    let mut config =
+        mock_upstream::UpstreamConfig::new(streams.iter().map(|s| s.to_string()).collect());
+    config.rate = rate;
+    mock_upstream::start(config)
+        .await
+        .expect("mock upstream starts")
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Accepted,
+    Duplicate,
+    Fenced,
+}
+
+/// One event as the sink saw it.
+#[derive(Debug, Clone)]
+pub struct Receipt {
+    pub at: Instant,
+    pub stream_id: String,
+    pub seq: u64,
+    pub fence: u64,
+    pub owner: String,
+    pub outcome: Outcome,
+}
+
+#[derive(Default)]
+struct SinkState {
+    highest: HashMap<String, u64>,
+    seen: HashSet<String>,
+    receipts: Vec<Receipt>,
+}
+
+/// The fencing sink of design §4, in-process.
+#[derive(Clone, Default)]
+pub struct TestSink {
+    state: Arc<Mutex<SinkState>>,
+}
+
+impl TestSink {
+    pub async fn start() -> (SocketAddr, TestSink) {
+        let sink = TestSink::default();
+        let app = Router::new()
+            .route("/streams/{id}/events", post(receive))
+            .with_state(sink.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (addr, sink)
+    }
+
+    pub fn receipts(&self) -> Vec<Receipt> {
+        self.state.lock().unwrap().receipts.clone()
+    }
+
+    pub fn accepted(&self, stream: &str) -> Vec<Receipt> {
+        self.receipts()
+            .into_iter()
+            .filter(|r| r.stream_id == stream && r.outcome == Outcome::Accepted)
+            .collect()
+    }
+}
+
+async fn receive(
+    State(sink): State<TestSink>,
+    Path(id): Path<String>,
+    Json(batch): Json<SinkBatch>,
+) -> Result<Json<SinkAck>, (StatusCode, Json<SinkRejection>)> {
+    let now = Instant::now();
+    let mut state = sink.state.lock().unwrap();
+    let highest = state.highest.get(&id).copied().unwrap_or(0);
+    if batch.fence_token < highest {
+        for e in &batch.events {
+            state.receipts.push(Receipt {
+                at: now,
+                stream_id: id.clone(),
+                seq: e.seq,
+                fence: batch.fence_token,
+                owner: batch.owner_id.clone(),
+                outcome: Outcome::Fenced,
+            });
+        }
+        return Err((
+            StatusCode::CONFLICT,
+            Json(SinkRejection {
+                reason: "stale fence token".into(),
+                highest_fence: highest,
+            }),
+        ));
+    }
+    state.highest.insert(id.clone(), batch.fence_token);
+    let mut ack = SinkAck {
+        accepted: 0,
+        duplicates: 0,
+    };
+    for e in &batch.events {
+        let outcome = if state.seen.insert(e.event_id.clone()) {
+            ack.accepted += 1;
+            Outcome::Accepted
+        } else {
+            ack.duplicates += 1;
+            Outcome::Duplicate
+        };
+        state.receipts.push(Receipt {
+            at: now,
+            stream_id: id.clone(),
+            seq: e.seq,
+            fence: batch.fence_token,
+            owner: batch.owner_id.clone(),
+            outcome,
+        });
+    }
+    Ok(Json(ack))
+}
+
+/// A `lease-worker` child process; SIGKILLed and reaped when dropped.
+pub struct Worker {
+    pub name: String,
+    child: Option<Child>,
+    addr_file: PathBuf,
+    pub log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// Settings shared by the workers of one test.
+#[derive(Clone)]
+pub struct Fleet {
+    pub endpoint: String,
+    pub upstream: SocketAddr,
+    pub sink: SocketAddr,
+    pub lease: &'static str,
+    pub renew: &'static str,
+    pub scan: &'static str,
+    pub extra: Vec<(&'static str, String)>,
+}
+
+impl Fleet {
+    pub fn spawn(&self, name: &str) -> Worker {
+        let dir = tempfile::tempdir().unwrap();
+        let addr_file = dir.path().join("metrics.addr");
+        let log = dir.path().join("worker.log");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lease-worker"));
+        cmd.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("LEASE_TABLE", TABLE)
+            .env("OWNER_ID", name)
+            .env("LEASE_SECONDS", self.lease)
+            .env("RENEW_SECONDS", self.renew)
+            .env("SCAN_SECONDS", self.scan)
+            .env("UPSTREAM_URL", format!("ws://{}", self.upstream))
+            .env("SINK_URL", format!("http://{}", self.sink))
+            .env("AWS_ENDPOINT_URL", &self.endpoint)
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ACCESS_KEY_ID", "local")
+            .env("AWS_SECRET_ACCESS_KEY", "local")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env("METRICS_ADDR", "127.0.0.1:0")
+            .env("METRICS_ADDR_FILE", &addr_file)
+            .env("RUST_LOG", "info,lease_worker=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        for (k, v) in &self.extra {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("lease-worker spawns");
+        Worker {
+            name: name.to_string(),
+            child: Some(child),
+            addr_file,
+            log,
+            _dir: dir,
+        }
+    }
+}
+
+impl Worker {
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.pid().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{sig} {}", self.pid());
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Waits for the process to exit within `limit`.
+    pub async fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let end = Instant::now() + limit;
+        while Instant::now() < end {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    }
+
+    pub async fn metrics_addr(&self) -> SocketAddr {
+        eventually(Duration::from_secs(20), || async {
+            std::fs::read_to_string(&self.addr_file)
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+        })
+        .await
+        .unwrap_or_else(|| {
+            panic!(
+                "{} never wrote its metrics address\n{}",
+                self.name,
+                self.logs()
+            )
+        })
+    }
+
+    /// The value of an unlabelled metric sample, or a labelled one written exactly as `name{...}`.
+    pub async fn metric(&self, sample: &str) -> Option<f64> {
+        let addr = self.metrics_addr().await;
+        let text = reqwest::get(format!("http://{addr}/metrics"))
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+            l.strip_prefix(sample)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!("---- {} log ----\n{}", self.name, self.logs());
+        }
+    }
+}
+
+/// Polls `check` every 50 ms until it returns `Some`, for at most `limit`.
+pub async fn eventually<T, F, Fut>(limit: Duration, mut check: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let end = Instant::now() + limit;
+    loop {
+        if let Some(v) = check().await {
+            return Some(v);
+        }
+        if Instant::now() >= end {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The table's item for `stream`.
+pub async fn item(client: &aws_sdk_dynamodb::Client, stream: &str) -> lease_table::LeaseItem {
+    lease_table::get(client, TABLE, stream)
+        .await
+        .unwrap()
+        .expect("item exists")
+}

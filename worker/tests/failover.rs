@@ -1,0 +1,286 @@
+//! The worker against the real thing: DynamoDB Local, the mock upstream, a fencing sink and real
+//! `lease-worker` processes. Leases are short (2–3 s) and time bounds generous.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use tokio::time::Instant;
+
+const STREAM: &str = "s-0001";
+
+/// Every accepted sequence of `stream` from 1 to the highest accepted, with none missing.
+fn assert_contiguous(sink: &TestSink, stream: &str) -> u64 {
+    let mut seqs: Vec<u64> = sink.accepted(stream).iter().map(|r| r.seq).collect();
+    seqs.sort_unstable();
+    let max = *seqs.last().expect("something was accepted");
+    assert_eq!(
+        seqs,
+        (1..=max).collect::<Vec<_>>(),
+        "accepted sequences have a hole"
+    );
+    max
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_owner_at_a_time_and_sigkill_hands_over_with_next_fence_from_checkpoint() {
+    let _serial = SERIAL.lock().await;
+    let ddb = dynamo(&[STREAM]).await;
+    let client = ddb.client();
+    let (up, _upstream) = upstream(&[STREAM], 100.0).await;
+    let (sink_addr, sink) = TestSink::start().await;
+    let fleet = Fleet {
+        endpoint: ddb.endpoint().to_string(),
+        upstream: up,
+        sink: sink_addr,
+        lease: "2",
+        renew: "0.5",
+        scan: "0.5",
+        extra: vec![],
+    };
+    let mut workers = vec![fleet.spawn("worker-a"), fleet.spawn("worker-b")];
+
+    // Phase 1: both run; exactly one owns the stream, as seen by the table, the workers and the sink.
+    let first = eventually(Duration::from_secs(30), || async {
+        sink.accepted(STREAM).first().cloned()
+    })
+    .await
+    .expect("some event reaches the sink");
+    let observe_until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < observe_until {
+        let mut owned = 0.0;
+        for w in &workers {
+            owned += w.metric("lease_worker_owned_streams").await.unwrap_or(0.0);
+        }
+        assert!(owned <= 1.0, "two workers report owning the stream");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let before: Vec<Receipt> = sink.accepted(STREAM);
+    assert!(before
+        .iter()
+        .all(|r| r.owner == first.owner && r.fence == first.fence));
+    let lease = item(&client, STREAM).await;
+    assert_eq!(lease.owner_id.as_deref(), Some(first.owner.as_str()));
+    assert_eq!(lease.fence_token, Some(first.fence));
+    assert!(
+        lease.checkpoint.unwrap_or(0) > 0,
+        "the checkpoint is persisted with the renewals"
+    );
+
+    // Phase 2: SIGKILL the owner; the other continues from the checkpoint with fence + 1.
+    let owner_idx = workers.iter().position(|w| w.name == first.owner).unwrap();
+    let mut owner = workers.remove(owner_idx);
+    let survivor = workers.pop().unwrap();
+    owner.kill();
+    let killed_at = Instant::now();
+    let checkpoint = item(&client, STREAM).await.checkpoint.unwrap_or(0);
+    let next = eventually(Duration::from_secs(30), || async {
+        sink.accepted(STREAM)
+            .into_iter()
+            .find(|r| r.fence > first.fence)
+    })
+    .await
+    .expect("the survivor takes over");
+    assert_eq!(next.owner, survivor.name);
+    assert_eq!(next.fence, first.fence + 1);
+    let taken_over = sink
+        .receipts()
+        .into_iter()
+        .filter(|r| r.fence == next.fence)
+        .map(|r| r.seq)
+        .min()
+        .unwrap();
+    assert_eq!(
+        taken_over,
+        checkpoint + 1,
+        "the new owner resumes right after the checkpoint"
+    );
+    assert!(
+        next.at.duration_since(killed_at) < Duration::from_secs(15),
+        "takeover took {:?}",
+        next.at.duration_since(killed_at)
+    );
+    // Let the new owner run a little, then nothing is missing and nothing stale was accepted.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_contiguous(&sink, STREAM);
+    let receipts = sink.receipts();
+    assert!(receipts
+        .iter()
+        .filter(|r| r.at > next.at && r.outcome == Outcome::Accepted)
+        .all(|r| r.fence == next.fence));
+    drop(survivor);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_and_hands_over_without_waiting_for_expiry() {
+    let _serial = SERIAL.lock().await;
+    let ddb = dynamo(&[STREAM]).await;
+    let client = ddb.client();
+    let (up, _upstream) = upstream(&[STREAM], 100.0).await;
+    let (sink_addr, sink) = TestSink::start().await;
+    // A long lease: waiting for expiry would take 30 s; a handoff must take far less.
+    let fleet = Fleet {
+        endpoint: ddb.endpoint().to_string(),
+        upstream: up,
+        sink: sink_addr,
+        lease: "30",
+        renew: "5",
+        scan: "0.5",
+        extra: vec![],
+    };
+    let mut a = fleet.spawn("worker-a");
+    let first = eventually(Duration::from_secs(30), || async {
+        sink.accepted(STREAM).first().cloned()
+    })
+    .await
+    .expect("worker-a publishes");
+    assert_eq!(first.owner, "worker-a");
+    let b = fleet.spawn("worker-b");
+    b.metrics_addr().await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    a.signal("TERM");
+    let termed = Instant::now();
+    let status = a
+        .wait_exit(Duration::from_secs(25))
+        .await
+        .expect("worker-a exits after draining");
+    assert!(status.success(), "drain exits 0: {status:?}\n{}", a.logs());
+    let released = item(&client, STREAM).await;
+    // Released: either still free, or already taken by worker-b with the next fence.
+    assert!(
+        released.owner_id.is_none() || released.owner_id.as_deref() == Some("worker-b"),
+        "{released:?}"
+    );
+    let last_a = sink
+        .accepted(STREAM)
+        .iter()
+        .filter(|r| r.owner == "worker-a")
+        .map(|r| r.seq)
+        .max()
+        .unwrap();
+    assert!(released.checkpoint.unwrap_or(0) >= last_a.min(released.checkpoint.unwrap_or(0)));
+
+    let next = eventually(Duration::from_secs(20), || async {
+        sink.accepted(STREAM)
+            .into_iter()
+            .find(|r| r.owner == "worker-b")
+    })
+    .await
+    .expect("worker-b takes over");
+    assert_eq!(next.fence, first.fence + 1);
+    let took = next.at.duration_since(termed);
+    assert!(
+        took < Duration::from_secs(10),
+        "handoff took {took:?}, the lease is 30 s"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_contiguous(&sink, STREAM);
+    drop(b);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishing_stops_by_the_local_deadline_when_dynamodb_is_gone() {
+    let _serial = SERIAL.lock().await;
+    let ddb = dynamo(&[STREAM]).await;
+    let (up, _upstream) = upstream(&[STREAM], 100.0).await;
+    let (sink_addr, sink) = TestSink::start().await;
+    let fleet = Fleet {
+        endpoint: ddb.endpoint().to_string(),
+        upstream: up,
+        sink: sink_addr,
+        lease: "2",
+        renew: "0.5",
+        scan: "0.5",
+        extra: vec![],
+    };
+    let w = fleet.spawn("worker-a");
+    eventually(Duration::from_secs(30), || async {
+        (sink.accepted(STREAM).len() > 20).then_some(())
+    })
+    .await
+    .expect("the worker publishes");
+
+    drop(ddb); // stops DynamoDB Local: renewals can no longer succeed
+    let stopped = Instant::now();
+    // Keep watching well past the lease: the last accepted event must come before the lease
+    // (counted from the last successful renewal, which is before `stopped`) plus slack.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let last = sink.receipts().iter().map(|r| r.at).max().unwrap();
+    let after = last.saturating_duration_since(stopped);
+    assert!(
+        after < Duration::from_millis(2_500),
+        "published {after:?} after DynamoDB stopped"
+    );
+    assert_eq!(
+        w.metric(r#"lease_worker_leases_lost_total{reason="deadline"}"#)
+            .await,
+        Some(1.0),
+        "{}",
+        w.logs()
+    );
+    assert_eq!(w.metric("lease_worker_owned_streams").await, Some(0.0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bare_and_lease_demo_items_are_acquired() {
+    let _serial = SERIAL.lock().await;
+    let ddb = dynamo(&["bare"]).await;
+    let client = ddb.client();
+    // An item as the source design's lease_demo.py leaves it: owned, expired, no checkpoint.
+    let past = lease_table::now_ms() - 60_000;
+    client
+        .put_item()
+        .table_name(TABLE)
+        .item(
+            "stream_id",
+            aws_sdk_dynamodb::types::AttributeValue::S("demo".into()),
+        )
+        .item(
+            "owner_id",
+            aws_sdk_dynamodb::types::AttributeValue::S("python-demo".into()),
+        )
+        .item(
+            "lease_expires_at",
+            aws_sdk_dynamodb::types::AttributeValue::N(past.to_string()),
+        )
+        .item(
+            "fence_token",
+            aws_sdk_dynamodb::types::AttributeValue::N("5".into()),
+        )
+        .item(
+            "updated_at",
+            aws_sdk_dynamodb::types::AttributeValue::N(past.to_string()),
+        )
+        .send()
+        .await
+        .unwrap();
+    let (up, _upstream) = upstream(&["bare", "demo"], 50.0).await;
+    let (sink_addr, sink) = TestSink::start().await;
+    let fleet = Fleet {
+        endpoint: ddb.endpoint().to_string(),
+        upstream: up,
+        sink: sink_addr,
+        lease: "3",
+        renew: "1",
+        scan: "0.5",
+        extra: vec![],
+    };
+    let _w = fleet.spawn("worker-a");
+    for (stream, fence) in [("bare", 1), ("demo", 6)] {
+        let r = eventually(Duration::from_secs(30), || async {
+            sink.accepted(stream).first().cloned()
+        })
+        .await
+        .unwrap_or_else(|| panic!("{stream} is consumed"));
+        assert_eq!(r.fence, fence, "{stream}");
+        assert_eq!(
+            r.seq, 1,
+            "{stream} starts from the beginning (no checkpoint)"
+        );
+        let it = item(&client, stream).await;
+        assert_eq!(it.owner_id.as_deref(), Some("worker-a"));
+        assert_eq!(it.fence_token, Some(fence));
+    }
+}
