@@ -132,7 +132,8 @@ mod tests {
 
     #[test]
     fn impossible_configurations_are_refused_by_name() {
-        let cases: Vec<(Box<dyn Fn(&mut UpstreamConfig)>, &str)> = vec![
+        type Mutation = Box<dyn Fn(&mut UpstreamConfig)>;
+        let cases: Vec<(Mutation, &str)> = vec![
             (Box::new(|c| c.streams.clear()), "no streams"),
             (Box::new(|c| c.streams.push("s-0001".into())), "twice"),
             (Box::new(|c| c.streams.push("a/b".into())), "\"a/b\""),

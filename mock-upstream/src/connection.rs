@@ -144,7 +144,8 @@ pub(crate) async fn serve(
             }
             Read::Behind { oldest } => break slow_consumer(cursor, oldest),
             Read::Entries(0) => {
-                may_gap = false;
+                // Still waiting for the first event: a burst past retention before it arrives
+                // is a gap for this client, not a slow consumer, so `may_gap` stays as it is.
                 tokio::select! {
                     changed = head.changed() => if changed.is_err() { break going_away() },
                     _ = drops.changed() => break dropped(),

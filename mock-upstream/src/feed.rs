@@ -25,6 +25,8 @@ pub(crate) struct Entry {
 struct Ring {
     entries: VecDeque<Entry>,
     head: u64,
+    /// Sum of the retained frames' text lengths, for memory reporting.
+    text_bytes: usize,
 }
 
 /// What a read at a cursor found.
@@ -59,6 +61,7 @@ impl Stream {
             ring: Mutex::new(Ring {
                 entries: VecDeque::with_capacity(retention.min(1024)),
                 head: 0,
+                text_bytes: 0,
             }),
             head: watch::Sender::new(0),
             drops: watch::Sender::new(0),
@@ -93,6 +96,12 @@ impl Stream {
         ring.head + 1 - ring.entries.len() as u64
     }
 
+    /// Approximate heap bytes held by the ring: frame texts plus the entry slots.
+    pub fn retained_bytes(&self) -> usize {
+        let ring = self.ring.lock().expect("ring lock");
+        ring.text_bytes + ring.entries.capacity() * std::mem::size_of::<Entry>()
+    }
+
     /// Copies up to `max` entries starting at seq `cursor` into `out` (cheap: refcounted text).
     pub fn read(&self, cursor: u64, max: usize, out: &mut Vec<Entry>) -> Read {
         let ring = self.ring.lock().expect("ring lock");
@@ -119,12 +128,15 @@ impl Stream {
             for _ in 0..count {
                 ring.head += 1;
                 let text = event_text(&self.json_id, ring.head, ts_ms, payload);
+                ring.text_bytes += text.len();
                 ring.entries.push_back(Entry {
                     produced: now,
                     text: Utf8Bytes::from(text),
                 });
                 if ring.entries.len() > self.retention {
-                    ring.entries.pop_front();
+                    if let Some(evicted) = ring.entries.pop_front() {
+                        ring.text_bytes -= evicted.text.len();
+                    }
                 }
             }
             ring.head

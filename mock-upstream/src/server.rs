@@ -57,6 +57,7 @@ impl Shared {
             events_produced: self.feed.produced.load(Ordering::Relaxed),
             events_sent: self.feed.sent.load(Ordering::Relaxed),
             open_connections: *self.open.borrow(),
+            retained_bytes: self.feed.streams.iter().map(|s| s.retained_bytes()).sum(),
             faults: self.faults.current(),
         }
     }
@@ -65,11 +66,19 @@ impl Shared {
 /// Body of `GET /admin/status`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
+    /// Running, paused or stopped.
     pub state: ProductionState,
+    /// Number of streams served.
     pub streams: usize,
+    /// Events produced over all streams.
     pub events_produced: u64,
+    /// Event frames written to sockets over all connections.
     pub events_sent: u64,
+    /// Open WebSocket connections over all streams.
     pub open_connections: usize,
+    /// Approximate heap bytes held by all retention rings (bounded by retention).
+    pub retained_bytes: usize,
+    /// The connection faults in force.
     pub faults: Faults,
 }
 
@@ -131,6 +140,8 @@ async fn subscribe(
         Err(rejection) => return rejection.into_response(),
     };
     upgrade
+        // Clients send next to nothing; a small read buffer keeps memory per connection low.
+        .read_buffer_size(4 * 1024)
         .write_buffer_size(64 * 1024)
         .on_upgrade(move |socket| connection::serve(socket, stream, shared, start))
 }
