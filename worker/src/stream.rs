@@ -96,10 +96,11 @@ pub enum Exit {
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 type BoxFut<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+type RenewResult = Result<Outcome<()>, crate::lease::CallError>;
 
 enum Upstream {
     Waiting(Instant),
-    Connecting(BoxFut<Result<Ws, String>>),
+    Connecting(BoxFut<Result<Box<Ws>, String>>),
     Open(Box<Ws>),
     Closed,
 }
@@ -118,7 +119,7 @@ struct Renewal {
 
 /// What the upstream side produced.
 enum UpstreamEvent {
-    Connected(Result<Ws, String>),
+    Connected(Result<Box<Ws>, String>),
     Frame(Option<Result<Message, String>>),
 }
 
@@ -164,10 +165,7 @@ struct Runner {
     spare: Vec<SinkEvent>,
     posting: Option<(Post, BoxFut<SinkAnswer>)>,
     retry: Option<(Post, Instant)>,
-    renewing: Option<(
-        Renewal,
-        BoxFut<Result<Outcome<()>, crate::lease::CallError>>,
-    )>,
+    renewing: Option<(Renewal, BoxFut<RenewResult>)>,
     renew_at: Option<Instant>,
     renew_attempt: u32,
 }
@@ -511,16 +509,16 @@ impl Runner {
         self.upstream = Upstream::Connecting(Box::pin(async move {
             match tokio::time::timeout(CONNECT_TIMEOUT, tokio_tungstenite::connect_async(url)).await
             {
-                Ok(Ok((ws, _))) => Ok(ws),
+                Ok(Ok((ws, _))) => Ok(Box::new(ws)),
                 Ok(Err(e)) => Err(e.to_string()),
                 Err(_) => Err(format!("no handshake within {CONNECT_TIMEOUT:?}")),
             }
         }));
     }
 
-    fn on_connected(&mut self, conn: Result<Ws, String>) {
+    fn on_connected(&mut self, conn: Result<Box<Ws>, String>) {
         match conn {
-            Ok(ws) => self.upstream = Upstream::Open(Box::new(ws)),
+            Ok(ws) => self.upstream = Upstream::Open(ws),
             Err(e) => {
                 tracing::warn!(stream_id = %self.id, error = %e, "upstream connect failed");
                 self.reconnect_later();
@@ -695,11 +693,8 @@ async fn maybe_post(posting: &mut Option<(Post, BoxFut<SinkAnswer>)>) -> SinkAns
 }
 
 async fn maybe_renew(
-    renewing: &mut Option<(
-        Renewal,
-        BoxFut<Result<Outcome<()>, crate::lease::CallError>>,
-    )>,
-) -> Result<Outcome<()>, crate::lease::CallError> {
+    renewing: &mut Option<(Renewal, BoxFut<RenewResult>)>,
+) -> RenewResult {
     match renewing {
         Some((_, fut)) => fut.await,
         None => std::future::pending().await,

@@ -137,7 +137,17 @@ async fn sigterm_drains_and_hands_over_without_waiting_for_expiry() {
     .expect("worker-a publishes");
     assert_eq!(first.owner, "worker-a");
     let b = fleet.spawn("worker-b");
-    b.metrics_addr().await;
+    let b_addr = b.metrics_addr().await.to_string();
+    // `lease-worker health` answers 0 once the worker has scanned the table (the ECS health check).
+    eventually(Duration::from_secs(10), || async {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_lease-worker"))
+            .args(["health", "--addr", &b_addr])
+            .output()
+            .unwrap();
+        out.status.success().then_some(())
+    })
+    .await
+    .expect("worker-b becomes ready");
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     a.signal("TERM");

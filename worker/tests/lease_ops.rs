@@ -1,0 +1,186 @@
+//! The conditional lease writes of design §2 against DynamoDB Local, with the clock passed in so
+//! that expiry is exact: stale tokens are refused, release keeps fence and checkpoint, items with
+//! only `stream_id` (and items from `lease_demo.py`) are acquired, missing items are not created.
+
+mod common;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use common::*;
+use lease_table::ops::{self, Holder, Outcome};
+
+const LEASE_MS: i64 = 3_000;
+
+fn holder(owner: &str, token: u64) -> Holder<'_> {
+    Holder {
+        owner_id: owner,
+        fence_token: token,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_tokens_are_refused_and_release_keeps_fence_and_checkpoint() {
+    let _serial = SERIAL.lock().await;
+    let ddb = dynamo(&["s"]).await;
+    let c = ddb.client();
+    let t0 = 1_000_000;
+
+    // An item holding only stream_id is acquired with fence 1.
+    let a = ops::acquire(&c, TABLE, "s", "a", LEASE_MS, t0, 200)
+        .await
+        .unwrap();
+    let Outcome::Done(a) = a else { panic!("{a:?}") };
+    assert_eq!(
+        (a.owner_id.as_deref(), a.fence_token, a.checkpoint),
+        (Some("a"), Some(1), None)
+    );
+
+    // Held: b is refused and told who holds it.
+    let refused = ops::acquire(&c, TABLE, "s", "b", LEASE_MS, t0 + 1_000, 200)
+        .await
+        .unwrap();
+    match refused {
+        Outcome::Refused { current: Some(cur) } => assert_eq!(cur.owner_id.as_deref(), Some("a")),
+        other => panic!("{other:?}"),
+    }
+    // Within the skew margin after expiry: still refused.
+    let skewed = ops::acquire(&c, TABLE, "s", "b", LEASE_MS, t0 + LEASE_MS + 100, 200)
+        .await
+        .unwrap();
+    assert!(matches!(skewed, Outcome::Refused { .. }));
+
+    // a renews with a checkpoint, then the lease lapses and b takes over with fence 2.
+    let r = ops::renew(&c, TABLE, "s", holder("a", 1), LEASE_MS, t0 + 500, Some(41))
+        .await
+        .unwrap();
+    assert_eq!(r, Outcome::Done(()));
+    let expired_at = t0 + 500 + LEASE_MS;
+    let b = ops::acquire(&c, TABLE, "s", "b", LEASE_MS, expired_at + 201, 200)
+        .await
+        .unwrap();
+    let Outcome::Done(b) = b else { panic!("{b:?}") };
+    assert_eq!(b.fence_token, Some(2));
+    assert_eq!(
+        b.checkpoint,
+        Some(41),
+        "the new owner starts from the old checkpoint"
+    );
+
+    // The old owner's token is stale for every write.
+    let now = expired_at + 300;
+    assert!(matches!(
+        ops::checkpoint(&c, TABLE, "s", holder("a", 1), 99, now)
+            .await
+            .unwrap(),
+        Outcome::Refused { .. }
+    ));
+    assert!(matches!(
+        ops::renew(&c, TABLE, "s", holder("a", 1), LEASE_MS, now, None)
+            .await
+            .unwrap(),
+        Outcome::Refused { .. }
+    ));
+    assert!(matches!(
+        ops::release(&c, TABLE, "s", holder("a", 1), Some(99), now)
+            .await
+            .unwrap(),
+        Outcome::Refused { .. }
+    ));
+    // Same owner name with an old token is stale too (a restarted process must re-acquire).
+    assert!(matches!(
+        ops::checkpoint(&c, TABLE, "s", holder("b", 1), 99, now)
+            .await
+            .unwrap(),
+        Outcome::Refused { .. }
+    ));
+    let it = item(&c, "s").await;
+    assert_eq!(
+        (it.owner_id.as_deref(), it.fence_token, it.checkpoint),
+        (Some("b"), Some(2), Some(41))
+    );
+
+    // The holder's checkpoint and release work; release keeps the fence and the checkpoint.
+    assert_eq!(
+        ops::checkpoint(&c, TABLE, "s", holder("b", 2), 50, now)
+            .await
+            .unwrap(),
+        Outcome::Done(())
+    );
+    assert_eq!(
+        ops::release(&c, TABLE, "s", holder("b", 2), Some(60), now)
+            .await
+            .unwrap(),
+        Outcome::Done(())
+    );
+    let it = item(&c, "s").await;
+    assert_eq!(
+        (
+            it.owner_id,
+            it.lease_expires_at,
+            it.fence_token,
+            it.checkpoint
+        ),
+        (None, None, Some(2), Some(60))
+    );
+
+    // Released: anyone acquires at once, fence 3.
+    let again = ops::acquire(&c, TABLE, "s", "a", LEASE_MS, now + 1, 200)
+        .await
+        .unwrap();
+    assert!(
+        matches!(again, Outcome::Done(ref i) if i.fence_token == Some(3)),
+        "{again:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_demo_items_are_compatible_and_missing_items_are_not_created() {
+    let _serial = SERIAL.lock().await;
+    let ddb = dynamo(&[]).await;
+    let c = ddb.client();
+    let now = 5_000_000;
+    // Exactly what lease_demo.py's acquire writes (numbers as the SDK sends them).
+    c.put_item()
+        .table_name(TABLE)
+        .item("stream_id", AttributeValue::S("orders-us-east".into()))
+        .item("owner_id", AttributeValue::S("worker-a".into()))
+        .item(
+            "lease_expires_at",
+            AttributeValue::N((now - 1_000).to_string()),
+        )
+        .item("fence_token", AttributeValue::N("7".into()))
+        .item("updated_at", AttributeValue::N((now - 31_000).to_string()))
+        .send()
+        .await
+        .unwrap();
+    let got = ops::acquire(&c, TABLE, "orders-us-east", "rust", LEASE_MS, now, 200)
+        .await
+        .unwrap();
+    assert!(
+        matches!(got, Outcome::Done(ref i) if i.fence_token == Some(8) && i.checkpoint.is_none()),
+        "{got:?}"
+    );
+
+    // The demo's renew condition (owner, token, unexpired) holds on what the worker wrote.
+    let demo_renew = c
+        .update_item()
+        .table_name(TABLE)
+        .key("stream_id", AttributeValue::S("orders-us-east".into()))
+        .update_expression("SET lease_expires_at = :expires, updated_at = :now")
+        .condition_expression(
+            "owner_id = :owner AND fence_token = :token AND lease_expires_at >= :now",
+        )
+        .expression_attribute_values(":owner", AttributeValue::S("rust".into()))
+        .expression_attribute_values(":token", AttributeValue::N("8".into()))
+        .expression_attribute_values(":expires", AttributeValue::N((now + 30_000).to_string()))
+        .expression_attribute_values(":now", AttributeValue::N((now + 10).to_string()))
+        .send()
+        .await;
+    assert!(demo_renew.is_ok(), "{demo_renew:?}");
+
+    // No item, no lease: acquire never creates streams.
+    let missing = ops::acquire(&c, TABLE, "nope", "rust", LEASE_MS, now, 200)
+        .await
+        .unwrap();
+    assert!(matches!(missing, Outcome::Refused { .. }));
+    assert!(lease_table::get(&c, TABLE, "nope").await.unwrap().is_none());
+}
