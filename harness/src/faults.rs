@@ -1,6 +1,247 @@
 //! Fault injection: resolving a target at the instant of injection, and executing each action
 //! against the fleet (signals, scale-out, ECS-style rolling deploys). Every injection is
-//! recorded as an `action` line with what the target owned at that instant.
+//! recorded as an `action` line with what the target owned at that instant, read from the lease
+//! table just before the signal is sent.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use lease_table::LeaseItem;
+
+use crate::fleet::{Fleet, State};
+use crate::history::{Action, ActionStream, Record, Recorder};
+use crate::scenario::{Fault, FaultAction, Target};
+
+/// How long a started worker may take to answer `/readyz` during a rolling deploy.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Executes faults against a fleet; cheap to clone (one clone per scheduled fault).
+#[derive(Clone)]
+pub struct Injector {
+    pub fleet: Fleet,
+    pub client: Client,
+    pub table: String,
+    pub recorder: Recorder,
+    /// Problems met while injecting; each fails the run.
+    pub errors: Arc<Mutex<Vec<String>>>,
+}
+
+impl Injector {
+    /// Runs fault number `index`; `draw` is its pre-drawn random number (for `random`).
+    pub async fn inject(&self, index: usize, fault: &Fault, draw: u64) {
+        if let Err(e) = self.try_inject(index, fault, draw).await {
+            let t = self.recorder.now_ms() as f64 / 1000.0;
+            self.errors
+                .lock()
+                .expect("errors lock poisoned")
+                .push(format!(
+                    "fault {index} ({} at line {}, t={t:.1}s): {e}",
+                    fault.action.name(),
+                    fault.line
+                ));
+        }
+    }
+
+    async fn try_inject(&self, index: usize, fault: &Fault, draw: u64) -> anyhow::Result<()> {
+        match &fault.action {
+            FaultAction::Kill { target } => {
+                let items = self.snapshot().await?;
+                let name = self.resolve(target, &items, draw)?;
+                self.signal_recorded(index, "kill", &name, libc::SIGKILL, &items);
+            }
+            FaultAction::Pause {
+                target,
+                duration_ms,
+            } => {
+                let items = self.snapshot().await?;
+                let name = self.resolve(target, &items, draw)?;
+                self.signal_recorded(index, "pause", &name, libc::SIGSTOP, &items);
+                tokio::time::sleep(Duration::from_millis(*duration_ms)).await;
+                self.signal_recorded(index, "resume", &name, libc::SIGCONT, &[]);
+            }
+            FaultAction::Terminate {
+                target,
+                stop_timeout_ms,
+            } => {
+                let items = self.snapshot().await?;
+                let name = self.resolve(target, &items, draw)?;
+                self.terminate(
+                    index,
+                    &[name],
+                    &items,
+                    Duration::from_millis(*stop_timeout_ms),
+                )
+                .await?;
+            }
+            FaultAction::Start { count } => {
+                for _ in 0..*count {
+                    let name = self.fleet.spawn()?;
+                    self.record(index, "start", &name, Vec::new());
+                }
+            }
+            FaultAction::RollingDeploy {
+                minimum_healthy_percent,
+                maximum_percent,
+                stop_timeout_ms,
+            } => {
+                let mut old: Vec<String> = self
+                    .fleet
+                    .alive()
+                    .into_iter()
+                    .filter(|n| self.fleet.state(n) != Some(State::Stopping))
+                    .collect();
+                let steps = deploy_batches(old.len(), *minimum_healthy_percent, *maximum_percent)
+                    .ok_or_else(|| {
+                    anyhow::anyhow!("no deploy plan for {} workers", old.len())
+                })?;
+                for step in steps {
+                    let mut started = Vec::new();
+                    for _ in 0..step.start {
+                        let name = self.fleet.spawn()?;
+                        self.record(index, "start", &name, Vec::new());
+                        started.push(name);
+                    }
+                    let ready = started
+                        .iter()
+                        .map(|n| self.fleet.wait_ready(n, READY_TIMEOUT));
+                    for result in futures_util::future::join_all(ready).await {
+                        result?; // ECS does not stop old tasks while the new ones are unhealthy
+                    }
+                    let stopping: Vec<String> = old.drain(..step.stop.min(old.len())).collect();
+                    if !stopping.is_empty() {
+                        let items = self.snapshot().await?;
+                        self.terminate(
+                            index,
+                            &stopping,
+                            &items,
+                            Duration::from_millis(*stop_timeout_ms),
+                        )
+                        .await?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// SIGTERMs `names` (each an `action` line), waits up to `stop_timeout` for each to exit,
+    /// then SIGKILLs the stragglers (a `kill` line each), as ECS does with stopTimeout.
+    async fn terminate(
+        &self,
+        index: usize,
+        names: &[String],
+        items: &[LeaseItem],
+        stop_timeout: Duration,
+    ) -> anyhow::Result<()> {
+        for name in names {
+            self.signal_recorded(index, "terminate", name, libc::SIGTERM, items);
+        }
+        let waits = names.iter().map(|n| self.fleet.wait_exit(n, stop_timeout));
+        let exited = futures_util::future::join_all(waits).await;
+        let stragglers: Vec<&String> = names
+            .iter()
+            .zip(exited)
+            .filter(|(_, e)| !e)
+            .map(|(n, _)| n)
+            .collect();
+        if !stragglers.is_empty() {
+            let items = self.snapshot().await?;
+            for name in stragglers {
+                self.signal_recorded(index, "kill", name, libc::SIGKILL, &items);
+            }
+        }
+        Ok(())
+    }
+
+    /// The lease table now.
+    async fn snapshot(&self) -> anyhow::Result<Vec<LeaseItem>> {
+        lease_table::scan_all(&self.client, &self.table)
+            .await
+            .map_err(|e| anyhow::anyhow!("reading the lease table before injecting: {e}"))
+    }
+
+    /// Picks the worker a target names, among running (not paused, not stopping) workers.
+    fn resolve(&self, target: &Target, items: &[LeaseItem], draw: u64) -> anyhow::Result<String> {
+        let running = self.fleet.in_state(State::Running);
+        match target {
+            Target::Worker(n) => {
+                let name = crate::scenario::worker_name(*n);
+                match self.fleet.state(&name) {
+                    Some(State::Running) => Ok(name),
+                    Some(state) => anyhow::bail!("target {name} is not running (it is {state:?})"),
+                    None => anyhow::bail!("target {name} was never started"),
+                }
+            }
+            Target::Random => {
+                if running.is_empty() {
+                    anyhow::bail!("no running worker to pick at random");
+                }
+                Ok(running[(draw % running.len() as u64) as usize].clone())
+            }
+            Target::Busiest => busiest(&running, items, lease_table::now_ms())
+                .ok_or_else(|| anyhow::anyhow!("no running worker to pick as the busiest")),
+        }
+    }
+
+    /// Sends `signal` to `name` and records the action with the streams it held per `items`.
+    fn signal_recorded(
+        &self,
+        index: usize,
+        action: &str,
+        name: &str,
+        signal: i32,
+        items: &[LeaseItem],
+    ) {
+        let now = lease_table::now_ms();
+        let streams = owned_by(items, name, now);
+        if self.fleet.signal(name, signal) {
+            self.record(index, action, name, streams);
+        }
+    }
+
+    fn record(&self, index: usize, action: &str, target: &str, streams: Vec<ActionStream>) {
+        self.recorder.record(Record::Action(Action {
+            t_ms: self.recorder.now_ms(),
+            action: action.to_string(),
+            target: target.to_string(),
+            fault: Some(index),
+            streams,
+        }));
+    }
+}
+
+/// The streams `owner` holds under an unexpired lease at `now_ms`, with the lease left on each.
+pub fn owned_by(items: &[LeaseItem], owner: &str, now_ms: i64) -> Vec<ActionStream> {
+    items
+        .iter()
+        .filter(|i| i.owner_id.as_deref() == Some(owner) && i.is_held_at(now_ms))
+        .map(|i| ActionStream {
+            stream_id: i.stream_id.clone(),
+            fence_token: i.fence_token.unwrap_or(0),
+            lease_remaining_ms: i.remaining_ms(now_ms),
+        })
+        .collect()
+}
+
+/// The candidate holding most unexpired leases (ties go to the first in `candidates`).
+pub fn busiest(candidates: &[String], items: &[LeaseItem], now_ms: i64) -> Option<String> {
+    let mut counts: BTreeMap<&str, usize> = candidates.iter().map(|c| (c.as_str(), 0)).collect();
+    for item in items.iter().filter(|i| i.is_held_at(now_ms)) {
+        if let Some(count) = item.owner_id.as_deref().and_then(|o| counts.get_mut(o)) {
+            *count += 1;
+        }
+    }
+    let mut best: Option<(&String, usize)> = None;
+    for c in candidates {
+        let n = counts[c.as_str()];
+        if best.is_none_or(|(_, b)| n > b) {
+            best = Some((c, n));
+        }
+    }
+    best.map(|(c, _)| c.clone())
+}
 
 /// One step of an ECS rolling deploy: start `start` new tasks (and wait until they are ready),
 /// then stop `stop` old ones (SIGTERM, SIGKILL after the stop timeout).
@@ -83,6 +324,35 @@ mod tests {
                 }
             }
         }
+    }
+
+    fn item(stream: &str, owner: &str, expires: i64) -> LeaseItem {
+        LeaseItem {
+            stream_id: stream.into(),
+            owner_id: Some(owner.into()),
+            lease_expires_at: Some(expires),
+            fence_token: Some(3),
+            ..LeaseItem::default()
+        }
+    }
+
+    #[test]
+    fn busiest_counts_only_unexpired_leases_of_candidates() {
+        let items = [
+            item("a", "worker-1", 1000),
+            item("b", "worker-2", 1000),
+            item("c", "worker-2", 1000),
+            item("d", "worker-3", 1000),
+            item("e", "worker-3", 1000),
+            item("f", "worker-3", 10), // expired
+        ];
+        let all = ["worker-1", "worker-2", "worker-3"].map(String::from);
+        assert_eq!(busiest(&all, &items, 500).as_deref(), Some("worker-2"));
+        assert_eq!(busiest(&all[..1], &items, 500).as_deref(), Some("worker-1"));
+        assert_eq!(busiest(&[], &items, 500), None);
+        let owned = owned_by(&items, "worker-3", 500);
+        assert_eq!(owned.len(), 2);
+        assert_eq!(owned[0].lease_remaining_ms, 500);
     }
 
     #[test]

@@ -5,8 +5,13 @@
 //! [`report_json`]. The analysis reads only the recorded history, never live state.
 
 pub mod analysis;
+pub mod cli;
 pub mod expect;
 pub mod faults;
+pub mod fleet;
 pub mod history;
+pub mod report;
 pub mod report_json;
+pub mod run;
 pub mod scenario;
+pub mod sink;

@@ -291,27 +291,30 @@ fn vars(
 /// Turns a serde error into one naming the line and the field.
 fn de_error(e: &toml::de::Error, spans: &SpanMap, file: &Path) -> ScenarioError {
     let message = e.message().trim().to_string();
-    let (line, field) = match e.span() {
-        Some(span) => {
-            let field = spans
-                .path_at(span.start)
-                .map(str::to_string)
-                .or_else(|| spans.element_at(span.start).map(str::to_string))
-                .unwrap_or_default();
-            (spans.line_of_offset(span.start), field)
-        }
-        None => (1, String::new()),
-    };
-    // "missing field `x`" points at the enclosing table: name the field inside it.
-    let field = match backticked(&message) {
-        Some(name) if message.starts_with("missing field") => {
-            if field.is_empty() {
+    let missing = message
+        .starts_with("missing field")
+        .then(|| backticked(&message))
+        .flatten();
+    let (line, field) = match (e.span(), missing) {
+        (Some(span), Some(name)) => {
+            // serde points at the table that lacks the field: name the field inside it.
+            let table = spans.table_at(&span).unwrap_or("");
+            let field = if table.is_empty() {
                 name
             } else {
-                format!("{field}.{name}")
-            }
+                format!("{table}.{name}")
+            };
+            (spans.line_of_offset(span.start), field)
         }
-        _ => field,
+        (Some(span), None) => {
+            let field = spans
+                .path_at(span.start)
+                .or_else(|| spans.element_at(span.start))
+                .unwrap_or_default()
+                .to_string();
+            (spans.line_of_offset(span.start), field)
+        }
+        (None, missing) => (1, missing.unwrap_or_default()),
     };
     ScenarioError {
         file: file.to_path_buf(),

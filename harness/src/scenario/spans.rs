@@ -109,6 +109,21 @@ impl SpanMap {
             .map(|e| e.path.as_str())
     }
 
+    /// The path of the table or array element whose value span is exactly `span` ("" for the
+    /// document itself): where serde points a "missing field" error.
+    pub fn table_at(&self, span: &Range<usize>) -> Option<&str> {
+        self.entries
+            .iter()
+            .find(|e| e.value == *span)
+            .map(|e| e.path.as_str())
+            .or_else(|| {
+                self.elements
+                    .iter()
+                    .find(|(_, s)| s == span)
+                    .map(|(p, _)| p.as_str())
+            })
+    }
+
     /// The path of the innermost array element (such as `faults[1]`) holding `offset`.
     pub fn element_at(&self, offset: usize) -> Option<&str> {
         self.elements

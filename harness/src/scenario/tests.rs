@@ -279,3 +279,11 @@ fn the_shipped_scenarios_are_valid() {
         dir.display()
     );
 }
+
+#[test]
+fn a_missing_top_level_table_is_named() {
+    let text = "name = \"x\"\ndescription = \"d\"\n[lease]\nseconds = 3\nrenew_seconds = 1\n";
+    let err = parse(text).unwrap_err();
+    assert_eq!(err.field, "fleet", "{err}");
+    assert!(err.message.contains("missing field `fleet`"), "{err}");
+}

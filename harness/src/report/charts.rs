@@ -1,0 +1,381 @@
+//! The four charts of `report.html`, drawn with plotters' SVG backend into strings that the page
+//! inlines: the per-stream ownership timeline, accepted events per second, the takeover latency
+//! CDF against its floor, and streams owned per worker. Pure functions of the [`RunView`].
+
+use std::error::Error;
+
+use plotters::coord::types::RangedCoordf64;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+
+use super::view::{OwnershipSource, RunView};
+use crate::report_json::Report;
+
+/// Chart width in pixels; the page scales them down on narrow screens.
+const WIDTH: u32 = 1100;
+/// Height of one timeline row.
+const ROW_PX: u32 = 14;
+const FONT: &str = "sans-serif";
+
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+type DrawResult<T = ()> = Result<T, Box<dyn Error>>;
+
+/// Tableau's ten colours plus two: owner `i` is drawn in `PALETTE[i % len]`.
+pub const PALETTE: [(u8, u8, u8); 12] = [
+    (31, 119, 180),
+    (255, 127, 14),
+    (44, 160, 44),
+    (148, 103, 189),
+    (140, 86, 75),
+    (227, 119, 194),
+    (23, 190, 207),
+    (188, 189, 34),
+    (127, 127, 127),
+    (214, 39, 40),
+    (57, 59, 121),
+    (99, 121, 57),
+];
+
+const FAULT_RED: RGBColor = RGBColor(200, 30, 30);
+const PERIOD_FILL: RGBColor = RGBColor(255, 170, 60);
+
+/// The colour of owner number `index`.
+pub fn owner_color(index: usize) -> RGBColor {
+    let (r, g, b) = PALETTE[index % PALETTE.len()];
+    RGBColor(r, g, b)
+}
+
+/// `#rrggbb` of owner number `index`, for the HTML legend.
+pub fn owner_hex(index: usize) -> String {
+    let (r, g, b) = PALETTE[index % PALETTE.len()];
+    format!("#{r:02x}{g:02x}{b:02x}")
+}
+
+fn seconds(ms: u64) -> f64 {
+    ms as f64 / 1000.0
+}
+
+fn text_style(size: u32, pos: Pos) -> TextStyle<'static> {
+    TextStyle::from((FONT, size).into_font()).pos(pos)
+}
+
+fn render(
+    height: u32,
+    draw: impl FnOnce(&DrawingArea<SVGBackend, plotters::coord::Shift>) -> DrawResult,
+) -> anyhow::Result<String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
+        root.fill(&WHITE)
+            .map_err(|e| anyhow::anyhow!("chart: {e}"))?;
+        draw(&root).map_err(|e| anyhow::anyhow!("chart: {e}"))?;
+        root.present().map_err(|e| anyhow::anyhow!("chart: {e}"))?;
+    }
+    Ok(svg)
+}
+
+/// Shades the fault periods and draws a labelled vertical line at every injected action.
+/// Labels that would overlap are stacked on a second line.
+fn draw_faults(chart: &mut Chart, view: &RunView, y_top: f64) -> DrawResult {
+    let area = chart.plotting_area().clone();
+    for p in &view.periods {
+        area.draw(&Rectangle::new(
+            [(seconds(p.start_ms), 0.0), (seconds(p.end_ms), y_top)],
+            PERIOD_FILL.mix(0.18).filled(),
+        ))?;
+    }
+    let mut last_label_px = [i32::MIN; 2];
+    for m in &view.markers {
+        let x = seconds(m.t_ms);
+        area.draw(&PathElement::new(
+            vec![(x, 0.0), (x, y_top)],
+            FAULT_RED.stroke_width(1),
+        ))?;
+        let (px, _) = chart.backend_coord(&(x, y_top));
+        let label = format!("{} {}", m.action, m.target);
+        let width = (label.len() * 6) as i32;
+        let Some(level) = (0..2).find(|&l| px > last_label_px[l]) else {
+            continue; // a third label in the same place would be unreadable
+        };
+        last_label_px[level] = px + width;
+        let label_style = text_style(11, Pos::new(HPos::Left, VPos::Bottom)).color(&FAULT_RED);
+        let element = EmptyElement::at((x, y_top))
+            + Text::new(label, (2, -3 - 12 * level as i32), label_style);
+        area.draw(&element)?;
+    }
+    Ok(())
+}
+
+/// Chart 1: one row per sampled stream, coloured by the owner publishing it; a black tick where
+/// the fence token changed, red crosses at fenced (rejected) writes, faults marked and shaded.
+pub fn timeline(view: &RunView) -> anyhow::Result<String> {
+    let rows = view.timeline_rows.len().max(1);
+    let height = 70 + rows as u32 * ROW_PX + 40;
+    let end_s = seconds(view.end_ms);
+    render(height, |root| {
+        let mut chart = ChartBuilder::on(root)
+            .margin(10)
+            .margin_top(36)
+            .x_label_area_size(36)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0f64..end_s, 0f64..rows as f64)?;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .y_labels(0)
+            .x_desc("seconds since the run started")
+            .label_style((FONT, 12))
+            .draw()?;
+        draw_faults(&mut chart, view, rows as f64)?;
+        let min_width = end_s / 400.0;
+        for (i, id) in view.timeline_rows.iter().enumerate() {
+            let y0 = (rows - i - 1) as f64;
+            let (lo, hi) = (y0 + 0.18, y0 + 0.82);
+            let (px, py) = chart.backend_coord(&(0.0, y0 + 0.5));
+            root.draw(&Text::new(
+                id.clone(),
+                (px - 6, py),
+                text_style(11, Pos::new(HPos::Right, VPos::Center)),
+            ))?;
+            let segments = view.segments.get(id).map(Vec::as_slice).unwrap_or(&[]);
+            chart.draw_series(segments.iter().map(|s| {
+                let x0 = seconds(s.start_ms);
+                let x1 = seconds(s.end_ms).max(x0 + min_width);
+                Rectangle::new(
+                    [(x0, lo), (x1, hi)],
+                    owner_color(view.owner_index(&s.owner)).filled(),
+                )
+            }))?;
+            chart.draw_series(segments.iter().skip(1).map(|s| {
+                let x = seconds(s.start_ms);
+                PathElement::new(vec![(x, y0 + 0.02), (x, y0 + 0.98)], BLACK.stroke_width(2))
+            }))?;
+            if let Some(marks) = view.fenced.get(id) {
+                chart.draw_series(
+                    marks
+                        .iter()
+                        .map(|&t| Cross::new((seconds(t), y0 + 0.5), 4, FAULT_RED.stroke_width(2))),
+                )?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Chart 2: accepted events per second (and duplicates and fenced writes when there were any),
+/// with the faults marked: the dip and the recovery.
+pub fn throughput(view: &RunView) -> anyhow::Result<String> {
+    let end_s = seconds(view.end_ms);
+    let peak = [
+        &view.accepted_per_s,
+        &view.duplicate_per_s,
+        &view.fenced_per_s,
+    ]
+    .iter()
+    .flat_map(|s| s.iter())
+    .copied()
+    .max()
+    .unwrap_or(0)
+    .max(1);
+    let y_top = peak as f64 * 1.15;
+    render(340, |root| {
+        let mut chart = ChartBuilder::on(root)
+            .margin(10)
+            .margin_top(36)
+            .x_label_area_size(36)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0f64..end_s, 0f64..y_top)?;
+        chart
+            .configure_mesh()
+            .x_desc("seconds since the run started")
+            .y_desc("events / s")
+            .label_style((FONT, 12))
+            .draw()?;
+        draw_faults(&mut chart, view, y_top)?;
+        let series: [(&str, &Vec<u64>, RGBColor); 3] = [
+            ("accepted", &view.accepted_per_s, owner_color(0)),
+            ("duplicate", &view.duplicate_per_s, RGBColor(255, 127, 14)),
+            ("fenced (rejected)", &view.fenced_per_s, FAULT_RED),
+        ];
+        for (name, counts, color) in series {
+            if counts.iter().all(|&c| c == 0) {
+                continue;
+            }
+            let points = counts
+                .iter()
+                .enumerate()
+                .map(|(second, &c)| (second as f64 + 0.5, c as f64));
+            chart
+                .draw_series(LineSeries::new(points, color.stroke_width(2)))?
+                .label(name)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .border_style(BLACK.mix(0.4))
+            .background_style(WHITE.mix(0.9))
+            .label_font((FONT, 12))
+            .draw()?;
+        Ok(())
+    })
+}
+
+/// Step points of an empirical CDF over sorted `values`.
+fn cdf_steps(values: &[u64]) -> Vec<(f64, f64)> {
+    let n = values.len() as f64;
+    let mut points = Vec::with_capacity(values.len() * 2 + 1);
+    points.push((values.first().copied().unwrap_or(0) as f64, 0.0));
+    for (i, &v) in values.iter().enumerate() {
+        points.push((v as f64, i as f64 / n));
+        points.push((v as f64, (i + 1) as f64 / n));
+    }
+    points
+}
+
+/// Chart 3: the CDF of takeover_ms over fault-caused takeovers, beside the CDF of each one's
+/// floor (lease remaining at the fault + skew margin; 0 for a graceful handoff), and the lease.
+pub fn latency(view: &RunView, report: &Report) -> anyhow::Result<String> {
+    let mut takeovers: Vec<u64> = view.latencies.iter().map(|l| l.takeover_ms).collect();
+    let mut floors: Vec<u64> = view.latencies.iter().map(|l| l.floor_ms).collect();
+    takeovers.sort_unstable();
+    floors.sort_unstable();
+    let lease = report.config.lease_ms;
+    let x_max = takeovers
+        .iter()
+        .chain(&floors)
+        .copied()
+        .chain([lease + report.config.skew_margin_ms])
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64
+        * 1.1;
+    render(340, |root| {
+        let mut chart = ChartBuilder::on(root)
+            .margin(10)
+            .margin_top(20)
+            .x_label_area_size(36)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0f64..x_max, 0f64..1.05)?;
+        chart
+            .configure_mesh()
+            .x_desc("milliseconds from the fault's injection")
+            .y_desc("fraction of takeovers")
+            .label_style((FONT, 12))
+            .draw()?;
+        let lease_x = lease as f64;
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(lease_x, 0.0), (lease_x, 1.05)],
+                BLACK.mix(0.5).stroke_width(1),
+            )))?
+            .label(format!("lease ({lease} ms)"))
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.mix(0.5)));
+        if takeovers.is_empty() {
+            chart.draw_series(std::iter::once(Text::new(
+                "no takeover followed an injected fault",
+                (x_max * 0.05, 0.55),
+                (FONT, 16),
+            )))?;
+        } else {
+            let grey = RGBColor(120, 120, 120);
+            chart
+                .draw_series(DashedLineSeries::new(
+                    cdf_steps(&floors),
+                    6,
+                    4,
+                    grey.stroke_width(2),
+                ))?
+                .label("floor: lease remaining at the fault + skew margin")
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], grey.stroke_width(2))
+                });
+            let blue = owner_color(0);
+            chart
+                .draw_series(LineSeries::new(cdf_steps(&takeovers), blue.stroke_width(2)))?
+                .label("takeover_ms")
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], blue.stroke_width(2))
+                });
+            let n = takeovers.len() as f64;
+            chart.draw_series(
+                takeovers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &v)| Circle::new((v as f64, (i + 1) as f64 / n), 3, blue.filled())),
+            )?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .border_style(BLACK.mix(0.4))
+            .background_style(WHITE.mix(0.9))
+            .label_font((FONT, 12))
+            .draw()?;
+        Ok(())
+    })
+}
+
+/// Chart 4: streams owned per worker over time (step lines in the owners' colours), the free or
+/// expired ones dashed grey, faults marked.
+pub fn ownership(view: &RunView) -> anyhow::Result<String> {
+    let end_s = seconds(view.end_ms);
+    let peak = view
+        .ownership
+        .iter()
+        .flat_map(|p| p.owners.values().copied().chain([p.free]))
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let y_top = peak as f64 * 1.15;
+    let desc = match view.ownership_source {
+        OwnershipSource::Table => "streams owned (lease table)",
+        OwnershipSource::Receipts => "streams published (receipts)",
+    };
+    render(340, |root| {
+        let mut chart = ChartBuilder::on(root)
+            .margin(10)
+            .margin_top(36)
+            .x_label_area_size(36)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0f64..end_s, 0f64..y_top)?;
+        chart
+            .configure_mesh()
+            .x_desc("seconds since the run started")
+            .y_desc(desc)
+            .label_style((FONT, 12))
+            .draw()?;
+        draw_faults(&mut chart, view, y_top)?;
+        let steps = |value: &dyn Fn(usize) -> usize| {
+            let mut points = Vec::with_capacity(view.ownership.len() * 2);
+            for (i, p) in view.ownership.iter().enumerate() {
+                let t = seconds(p.t_ms);
+                if i > 0 {
+                    points.push((t, value(i - 1) as f64));
+                }
+                points.push((t, value(i) as f64));
+            }
+            points
+        };
+        let grey = RGBColor(150, 150, 150);
+        chart.draw_series(DashedLineSeries::new(
+            steps(&|i| view.ownership[i].free),
+            6,
+            4,
+            grey.stroke_width(2),
+        ))?;
+        for (index, owner) in view.owners.iter().enumerate() {
+            let count = |i: usize| view.ownership[i].owners.get(owner).copied().unwrap_or(0);
+            if (0..view.ownership.len()).all(|i| count(i) == 0) {
+                continue;
+            }
+            chart.draw_series(LineSeries::new(
+                steps(&count),
+                owner_color(index).stroke_width(2),
+            ))?;
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,110 @@
+//! The human- and CI-facing renderings of a run: `report.md`, `report.html` (self-contained,
+//! inline SVG charts) and `junit.xml`, all rendered from `history.jsonl` + `report.json` alone —
+//! a pure function of those two files, with no clock or randomness, so `harness report DIR`
+//! reproduces them byte for byte — plus the [`Progress`] line shown while a run goes.
+//!
+//! It never recomputes the verdict: the figures come from `report.json`; the history only adds
+//! what the charts need over time (who published which stream when, events per second, the
+//! injected actions, table scans of ownership).
+
+mod charts;
+mod html;
+mod junit;
+mod markdown;
+mod progress;
+mod tables;
+mod view;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+
+use crate::history::{self, Record};
+use crate::report_json::Report;
+
+pub use markdown::verdict_line;
+pub use progress::{Counters, Progress, PLAIN_INTERVAL};
+pub use view::{RunView, MAX_TIMELINE_ROWS};
+
+/// The history file in a run directory.
+pub const HISTORY_FILE: &str = "history.jsonl";
+/// The report document in a run directory.
+pub const REPORT_FILE: &str = "report.json";
+/// The rendered files.
+pub const MARKDOWN_FILE: &str = "report.md";
+pub const HTML_FILE: &str = "report.html";
+pub const JUNIT_FILE: &str = "junit.xml";
+
+/// The three rendered documents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendered {
+    pub markdown: String,
+    pub html: String,
+    pub junit: String,
+}
+
+/// Where [`render_all`] wrote them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paths {
+    pub markdown: PathBuf,
+    pub html: PathBuf,
+    pub junit: PathBuf,
+}
+
+/// Renders the three documents from a history's records and its report.
+pub fn render(
+    records: impl IntoIterator<Item = Record>,
+    report: &Report,
+) -> anyhow::Result<Rendered> {
+    let view = RunView::build(records, report);
+    let tables = tables::all(report, &view);
+    let charts = html::Charts {
+        timeline: charts::timeline(&view)?,
+        throughput: charts::throughput(&view)?,
+        latency: charts::latency(&view, report)?,
+        ownership: charts::ownership(&view)?,
+    };
+    Ok(Rendered {
+        markdown: markdown::render(report, &tables),
+        html: html::render(report, &view, &tables, &charts),
+        junit: junit::render(report)?,
+    })
+}
+
+/// Reads `DIR/history.jsonl` and `DIR/report.json` and renders them; an error names the file
+/// (and the line of the history).
+pub fn render_dir(dir: &Path) -> anyhow::Result<Rendered> {
+    let report = Report::read(&dir.join(REPORT_FILE))?;
+    let mut bad_line = None;
+    let records = history::read(&dir.join(HISTORY_FILE))?.map_while(|r| match r {
+        Ok(record) => Some(record),
+        Err(e) => {
+            bad_line = Some(e);
+            None
+        }
+    });
+    let rendered = render(records, &report)?;
+    match bad_line {
+        Some(e) => Err(e),
+        None => Ok(rendered),
+    }
+}
+
+/// Renders `DIR/report.md`, `DIR/report.html` and `DIR/junit.xml` from the run's
+/// `history.jsonl` and `report.json` (what `harness report DIR` and the end of a run call).
+pub fn render_all(dir: &Path) -> anyhow::Result<Paths> {
+    let rendered = render_dir(dir)?;
+    let paths = Paths {
+        markdown: dir.join(MARKDOWN_FILE),
+        html: dir.join(HTML_FILE),
+        junit: dir.join(JUNIT_FILE),
+    };
+    for (path, text) in [
+        (&paths.markdown, &rendered.markdown),
+        (&paths.html, &rendered.html),
+        (&paths.junit, &rendered.junit),
+    ] {
+        std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(paths)
+}

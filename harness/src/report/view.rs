@@ -1,0 +1,369 @@
+//! What the renderers draw, derived in one streaming pass over `history.jsonl` plus the
+//! `report.json` beside it: who published each stream when (from the sink's receipts), accepted
+//! events per second, the injected actions, the fault periods and who owned how many streams.
+//! Everything is ordered (BTreeMap, sorted vectors) so the rendered files are reproducible.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::history::{Outcome, OwnerSample, Record};
+use crate::report_json::Report;
+
+/// At most this many streams get a row in the timeline.
+pub const MAX_TIMELINE_ROWS: usize = 60;
+/// At most this many fenced receipts are kept per stream for the timeline's markers.
+const MAX_FENCED_MARKS: usize = 64;
+/// Step of the ownership series when it is derived from receipts (no `owner_sample` lines).
+const DERIVED_OWNERSHIP_STEP_MS: u64 = 1000;
+
+/// An unbroken stretch of a stream published by one owner under one fence token.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Segment {
+    pub owner: String,
+    pub fence: u64,
+    /// First and last receipt (accepted or duplicate) under this fence.
+    pub start_ms: u64,
+    pub end_ms: u64,
+}
+
+/// One injected action, as a marker on the time axes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Marker {
+    pub t_ms: u64,
+    pub action: String,
+    pub target: String,
+    pub fault: Option<usize>,
+    pub streams: usize,
+}
+
+/// A shaded stretch of time: a pause until its resume, or an injection until the last takeover
+/// it caused.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FaultPeriod {
+    pub start_ms: u64,
+    pub end_ms: u64,
+    pub label: String,
+}
+
+/// Who held how many streams at one instant.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OwnershipPoint {
+    pub t_ms: u64,
+    pub owners: BTreeMap<String, usize>,
+    pub free: usize,
+}
+
+/// Where the ownership series came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnershipSource {
+    /// `owner_sample` lines: scans of the lease table.
+    Table,
+    /// Derived from the sink's receipts: who was publishing each stream.
+    Receipts,
+}
+
+/// A takeover's latency next to its floor (the lease the fault left, plus the skew margin).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LatencySample {
+    pub takeover_ms: u64,
+    /// `lease_remaining_ms + skew_margin_ms` for a crash or pause; 0 for a graceful handoff.
+    pub floor_ms: u64,
+}
+
+/// Everything the charts and tables need beyond `report.json`.
+#[derive(Debug, Clone)]
+pub struct RunView {
+    /// The time axis runs from 0 to here.
+    pub end_ms: u64,
+    /// Every stream seen in a receipt, with its publishing segments in time order.
+    pub segments: BTreeMap<String, Vec<Segment>>,
+    /// Times of fenced receipts per stream (capped), for the zombie markers.
+    pub fenced: BTreeMap<String, Vec<u64>>,
+    /// Accepted, duplicate and fenced receipts per whole second since t0.
+    pub accepted_per_s: Vec<u64>,
+    pub duplicate_per_s: Vec<u64>,
+    pub fenced_per_s: Vec<u64>,
+    pub markers: Vec<Marker>,
+    pub periods: Vec<FaultPeriod>,
+    pub ownership: Vec<OwnershipPoint>,
+    pub ownership_source: OwnershipSource,
+    /// Every owner that appears anywhere, sorted: the colour of an owner is its index here.
+    pub owners: Vec<String>,
+    /// The timeline's rows: streams taken over or fenced first, then the rest, by id.
+    pub timeline_rows: Vec<String>,
+    /// How many streams there are in total (receipts, finals and config).
+    pub stream_count: usize,
+    pub latencies: Vec<LatencySample>,
+    /// When the upstream stopped producing (the `production_stopped` phase), if recorded.
+    pub production_stopped_ms: Option<u64>,
+}
+
+#[derive(Default)]
+struct Builder {
+    end_ms: u64,
+    segments: BTreeMap<String, Vec<Segment>>,
+    fenced: BTreeMap<String, Vec<u64>>,
+    accepted_per_s: Vec<u64>,
+    duplicate_per_s: Vec<u64>,
+    fenced_per_s: Vec<u64>,
+    markers: Vec<Marker>,
+    samples: Vec<OwnerSample>,
+    owners: BTreeSet<String>,
+    finals: BTreeSet<String>,
+    production_stopped_ms: Option<u64>,
+}
+
+fn bump(series: &mut Vec<u64>, t_ms: u64) {
+    let second = (t_ms / 1000) as usize;
+    if series.len() <= second {
+        series.resize(second + 1, 0);
+    }
+    series[second] += 1;
+}
+
+impl Builder {
+    fn add(&mut self, record: Record) {
+        if let Some(t) = record.t_ms() {
+            self.end_ms = self.end_ms.max(t);
+        }
+        match record {
+            Record::Receipt(r) => {
+                self.owners.insert(r.owner_id.clone());
+                if r.outcome == Outcome::Fenced {
+                    bump(&mut self.fenced_per_s, r.t_ms);
+                    let marks = self.fenced.entry(r.stream_id).or_default();
+                    if marks.len() < MAX_FENCED_MARKS {
+                        marks.push(r.t_ms);
+                    }
+                    return;
+                }
+                if r.outcome == Outcome::Accepted {
+                    bump(&mut self.accepted_per_s, r.t_ms);
+                } else {
+                    bump(&mut self.duplicate_per_s, r.t_ms);
+                }
+                let segments = self.segments.entry(r.stream_id).or_default();
+                match segments.last_mut() {
+                    Some(s) if s.fence == r.fence_token && s.owner == r.owner_id => {
+                        s.start_ms = s.start_ms.min(r.t_ms);
+                        s.end_ms = s.end_ms.max(r.t_ms);
+                    }
+                    _ => segments.push(Segment {
+                        owner: r.owner_id,
+                        fence: r.fence_token,
+                        start_ms: r.t_ms,
+                        end_ms: r.t_ms,
+                    }),
+                }
+            }
+            Record::Action(a) => self.markers.push(Marker {
+                t_ms: a.t_ms,
+                action: a.action,
+                target: a.target,
+                fault: a.fault,
+                streams: a.streams.len(),
+            }),
+            Record::OwnerSample(s) => {
+                self.owners.extend(s.owners.keys().cloned());
+                self.samples.push(s);
+            }
+            Record::WorkerStart(w) => {
+                self.owners.insert(w.worker);
+            }
+            Record::UpstreamFinal(u) => {
+                self.finals.insert(u.stream_id);
+            }
+            Record::CheckpointFinal(c) => {
+                self.finals.insert(c.stream_id);
+            }
+            Record::Phase(p) if p.phase == "production_stopped" => {
+                self.production_stopped_ms.get_or_insert(p.t_ms);
+            }
+            Record::RunStart(_) | Record::Phase(_) | Record::WorkerExit(_) | Record::RunEnd(_) => {}
+        }
+    }
+}
+
+impl RunView {
+    /// Builds the view from the history's records and the report computed from them.
+    pub fn build(records: impl IntoIterator<Item = Record>, report: &Report) -> RunView {
+        let mut b = Builder::default();
+        for record in records {
+            b.add(record);
+        }
+        b.markers.sort_by(|x, y| x.t_ms.cmp(&y.t_ms));
+        b.samples.sort_by_key(|s| s.t_ms);
+        let end_ms = b.end_ms.max(report.harness.wall_ms).max(1);
+        let mut all_streams: BTreeSet<&String> = b.segments.keys().collect();
+        all_streams.extend(b.finals.iter());
+        let stream_count = all_streams.len().max(report.config.streams);
+        let periods = fault_periods(&b.markers, report);
+        let (ownership, ownership_source) = if b.samples.is_empty() {
+            let points = derived_ownership(&b.segments, stream_count, end_ms);
+            (points, OwnershipSource::Receipts)
+        } else {
+            let points = b
+                .samples
+                .iter()
+                .map(|s| OwnershipPoint {
+                    t_ms: s.t_ms,
+                    owners: s.owners.clone(),
+                    free: s.free,
+                })
+                .collect();
+            (points, OwnershipSource::Table)
+        };
+        let timeline_rows = timeline_rows(&b.segments, &b.fenced, report);
+        let latencies = report
+            .takeovers
+            .iter()
+            .filter_map(|t| {
+                let takeover_ms = t.takeover_ms?;
+                let crash = matches!(t.cause.as_deref(), Some("kill") | Some("pause"));
+                let floor_ms = if crash {
+                    t.lease_remaining_ms.unwrap_or(0).max(0) as u64 + report.config.skew_margin_ms
+                } else {
+                    0
+                };
+                Some(LatencySample {
+                    takeover_ms,
+                    floor_ms,
+                })
+            })
+            .collect();
+        RunView {
+            end_ms,
+            owners: b.owners.into_iter().collect(),
+            segments: b.segments,
+            fenced: b.fenced,
+            accepted_per_s: b.accepted_per_s,
+            duplicate_per_s: b.duplicate_per_s,
+            fenced_per_s: b.fenced_per_s,
+            markers: b.markers,
+            periods,
+            ownership,
+            ownership_source,
+            timeline_rows,
+            stream_count,
+            latencies,
+            production_stopped_ms: b.production_stopped_ms,
+        }
+    }
+
+    /// The colour index of an owner (its position among all owners).
+    pub fn owner_index(&self, owner: &str) -> usize {
+        self.owners
+            .binary_search_by(|o| o.as_str().cmp(owner))
+            .unwrap_or(self.owners.len())
+    }
+
+    /// Who held how many streams at `t_ms`: the latest ownership point at or before it.
+    pub fn ownership_at(&self, t_ms: u64) -> Option<&OwnershipPoint> {
+        self.ownership.iter().take_while(|p| p.t_ms <= t_ms).last()
+    }
+
+    /// Scenario faults (actions grouped by fault index), each with its first injection time, in
+    /// time order; harness-internal actions without an index are left out.
+    pub fn faults(&self) -> Vec<(usize, u64, String)> {
+        let mut seen: BTreeMap<usize, (u64, String)> = BTreeMap::new();
+        for m in &self.markers {
+            if let Some(i) = m.fault {
+                seen.entry(i)
+                    .or_insert_with(|| (m.t_ms, format!("{} {}", m.action, m.target)));
+            }
+        }
+        let mut faults: Vec<_> = seen
+            .into_iter()
+            .map(|(i, (t, what))| (i, t, what))
+            .collect();
+        faults.sort_by_key(|f| (f.1, f.0));
+        faults
+    }
+}
+
+/// Shaded periods: each pause until the next resume of the same target, and each action that
+/// caused takeovers until the last of them (matched by `at_ms − takeover_ms` and cause).
+fn fault_periods(markers: &[Marker], report: &Report) -> Vec<FaultPeriod> {
+    let mut periods = Vec::new();
+    for (i, m) in markers.iter().enumerate() {
+        let mut end = m.t_ms;
+        if m.action == "pause" {
+            if let Some(resume) = markers[i + 1..]
+                .iter()
+                .find(|r| r.action == "resume" && r.target == m.target)
+            {
+                end = end.max(resume.t_ms);
+            }
+        }
+        for t in &report.takeovers {
+            let caused = t.cause.as_deref() == Some(m.action.as_str())
+                && t.takeover_ms
+                    .is_some_and(|ms| t.at_ms.saturating_sub(ms) == m.t_ms);
+            if caused {
+                end = end.max(t.at_ms);
+            }
+        }
+        if end > m.t_ms {
+            periods.push(FaultPeriod {
+                start_ms: m.t_ms,
+                end_ms: end,
+                label: format!("{} {}", m.action, m.target),
+            });
+        }
+    }
+    periods
+}
+
+/// Streams taken over first (in takeover order), then streams with fenced writes, then the rest
+/// by id; at most [`MAX_TIMELINE_ROWS`], shown sorted by id.
+fn timeline_rows(
+    segments: &BTreeMap<String, Vec<Segment>>,
+    fenced: &BTreeMap<String, Vec<u64>>,
+    report: &Report,
+) -> Vec<String> {
+    let mut chosen: Vec<String> = Vec::new();
+    let mut taken: BTreeSet<&str> = BTreeSet::new();
+    let candidates = report
+        .takeovers
+        .iter()
+        .map(|t| &t.stream_id)
+        .chain(fenced.keys())
+        .chain(segments.keys());
+    for id in candidates {
+        if chosen.len() == MAX_TIMELINE_ROWS {
+            break;
+        }
+        if taken.insert(id.as_str()) {
+            chosen.push(id.clone());
+        }
+    }
+    chosen.sort();
+    chosen
+}
+
+/// Ownership from receipts: at each step, a stream belongs to the owner of its latest segment
+/// started at or before then, until that segment's last receipt; otherwise it counts as free.
+fn derived_ownership(
+    segments: &BTreeMap<String, Vec<Segment>>,
+    stream_count: usize,
+    end_ms: u64,
+) -> Vec<OwnershipPoint> {
+    let mut points = Vec::new();
+    let mut t = 0;
+    while t <= end_ms {
+        let mut owners: BTreeMap<String, usize> = BTreeMap::new();
+        for list in segments.values() {
+            let current = list.iter().take_while(|s| s.start_ms <= t).last();
+            if let Some(s) = current.filter(|s| s.end_ms + DERIVED_OWNERSHIP_STEP_MS >= t) {
+                *owners.entry(s.owner.clone()).or_default() += 1;
+            }
+        }
+        let held: usize = owners.values().sum();
+        points.push(OwnershipPoint {
+            t_ms: t,
+            owners,
+            free: stream_count.saturating_sub(held),
+        });
+        t += DERIVED_OWNERSHIP_STEP_MS;
+    }
+    points
+}

@@ -1,0 +1,504 @@
+//! `harness run`: one scenario, end to end. Provision DynamoDB Local, create and seed the table,
+//! start the upstream, the fencing sink and the fleet; warm up; inject the faults on schedule;
+//! stop production and settle; record the final state; drain the fleet; analyse the history
+//! that was written and judge it.
+//!
+//! Exit codes (design §5): 0 every expectation held, 1 an expectation failed or the run could
+//! not complete, 2 the scenario or the environment is invalid.
+
+use std::collections::{BTreeMap, HashSet};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use rand::{RngCore, SeedableRng};
+use tokio::time::Instant;
+
+use crate::faults::Injector;
+use crate::fleet::{Fleet, FleetConfig};
+use crate::history::{
+    CheckpointFinal, HistoryWriter, OwnerSample, Phase, Record, Recorder, RunEnd, RunStart,
+    UpstreamFinal,
+};
+use crate::report_json::Report;
+use crate::scenario::Scenario;
+use crate::sink::Sink;
+
+/// Interval between ownership samples (table scans) for the timeline.
+pub const OWNER_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
+/// How often warm-up and settle check their condition.
+const POLL: Duration = Duration::from_millis(200);
+/// Extra time, beyond a worker's drain, before the final shutdown SIGKILLs it.
+const SHUTDOWN_GRACE_EXTRA: Duration = Duration::from_secs(3);
+/// Bound on waiting for fault tasks still running at the run's end.
+const FAULTS_GRACE: Duration = Duration::from_secs(30);
+
+/// What `harness run` was asked to do.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub scenario: PathBuf,
+    pub out: PathBuf,
+    pub seed: Option<u64>,
+    pub dynamodb: dynamodb_local::Mode,
+    pub worker_bin: Option<PathBuf>,
+}
+
+/// Why a run stopped before a verdict.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The scenario or the environment is invalid (exit 2).
+    #[error("{0}")]
+    Invalid(String),
+    /// The run started but could not produce a report (exit 1).
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl RunError {
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            RunError::Invalid(_) => 2,
+            RunError::Failed(_) => 1,
+        }
+    }
+}
+
+/// Runs the scenario; returns the judged report (exit 0 when `passed`, else 1). `shutdown`
+/// ending (Ctrl-C, SIGTERM) aborts the run; every child process is killed on the way out.
+pub async fn run(
+    options: &RunOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<Report, RunError> {
+    let mut scenario =
+        Scenario::load(&options.scenario).map_err(|e| RunError::Invalid(e.to_string()))?;
+    if let Some(seed) = options.seed {
+        scenario.run.seed = seed;
+    }
+    let bin = crate::fleet::resolve_worker_bin(options.worker_bin.as_deref())
+        .map_err(RunError::Invalid)?;
+    let workers_dir = options.out.join("workers");
+    std::fs::create_dir_all(&workers_dir)
+        .map_err(|e| RunError::Invalid(format!("cannot create {}: {e}", workers_dir.display())))?;
+    let ddb_options = dynamodb_local::Options {
+        mode: options.dynamodb.clone(),
+        ..dynamodb_local::Options::default()
+    };
+    let ddb = dynamodb_local::DynamoLocal::start(&ddb_options)
+        .await
+        .map_err(|e| RunError::Invalid(format!("DynamoDB Local: {e}")))?;
+    let history_path = options.out.join("history.jsonl");
+    let writer =
+        HistoryWriter::create(&history_path).map_err(|e| RunError::Invalid(e.to_string()))?;
+    let recorder = writer.recorder();
+    let client = ddb.client();
+    let env = Env {
+        scenario: &scenario,
+        client,
+        endpoint: ddb.endpoint().to_string(),
+        recorder: recorder.clone(),
+        bin,
+        workers_dir,
+    };
+    let errors = tokio::select! {
+        result = env.execute() => result,
+        () = shutdown => Err(RunError::Failed("interrupted: the run was stopped by a signal".into())),
+    };
+    // Every child process of the run is gone once `execute` is dropped (fleet guard).
+    let mut errors = match errors {
+        Ok(errors) => errors,
+        Err(RunError::Invalid(e)) => return Err(RunError::Invalid(e)),
+        Err(RunError::Failed(e)) => vec![e],
+    };
+    let (cpu_ms, max_rss_bytes) = self_usage();
+    recorder.record(Record::RunEnd(RunEnd {
+        t_ms: recorder.now_ms(),
+        errors: errors.clone(),
+        receipts: recorder.receipt_count(),
+        harness_cpu_ms: cpu_ms,
+        harness_max_rss_bytes: max_rss_bytes,
+    }));
+    drop(ddb);
+    if let Err(e) = writer.finish() {
+        errors.push(e.to_string());
+        return Err(RunError::Failed(errors.join("; ")));
+    }
+    let mut report = analyse_file(&history_path).map_err(|e| RunError::Failed(e.to_string()))?;
+    crate::expect::judge(&mut report, &scenario.expectations);
+    write_reports(&options.out, &report).map_err(|e| RunError::Failed(e.to_string()))?;
+    Ok(report)
+}
+
+/// Recomputes a report from a `history.jsonl` (expectations not yet judged).
+pub fn analyse_file(path: &Path) -> anyhow::Result<Report> {
+    let records: anyhow::Result<Vec<Record>> = crate::history::read(path)?.collect();
+    Ok(crate::analysis::analyse(records?))
+}
+
+/// Writes `report.json` into `dir`. The renderers (report.md, report.html, junit.xml) hook in here.
+pub fn write_reports(dir: &Path, report: &Report) -> anyhow::Result<()> {
+    report.write(&dir.join("report.json"))
+}
+
+struct Env<'a> {
+    scenario: &'a Scenario,
+    client: Client,
+    endpoint: String,
+    recorder: Recorder,
+    bin: PathBuf,
+    workers_dir: PathBuf,
+}
+
+impl Env<'_> {
+    fn phase(&self, phase: &str, detail: Option<String>) {
+        tracing::info!(phase, detail = detail.as_deref().unwrap_or(""), "run phase");
+        self.recorder.record(Record::Phase(Phase {
+            t_ms: self.recorder.now_ms(),
+            phase: phase.to_string(),
+            detail,
+        }));
+    }
+
+    /// The run proper; returns the problems that fail it (empty when it completed).
+    async fn execute(&self) -> Result<Vec<String>, RunError> {
+        let s = self.scenario;
+        let table = lease_table::DEFAULT_TABLE;
+        let streams = s.stream_ids();
+        self.recorder.record(Record::RunStart(RunStart {
+            t_ms: 0,
+            wall_ms: lease_table::now_ms() - self.recorder.now_ms() as i64,
+            scenario: s.name.clone(),
+            description: s.description.clone(),
+            seed: s.run.seed,
+            lease_ms: s.lease.lease_ms,
+            renew_ms: s.lease.renew_ms,
+            skew_margin_ms: s.lease.skew_margin_ms,
+            workers: s.fleet.workers,
+            streams: s.upstream.streams,
+            rate: s.upstream.rate,
+            duration_ms: s.run.duration_ms,
+            fencing: s.fencing,
+        }));
+        let invalid =
+            |what: &str, e: &dyn std::fmt::Display| RunError::Invalid(format!("{what}: {e}"));
+        lease_table::create_table(&self.client, table)
+            .await
+            .map_err(|e| invalid("creating the lease table", &e))?;
+        seed(&self.client, table, &streams)
+            .await
+            .map_err(|e| invalid("seeding the lease table", &e))?;
+
+        let mut upstream_config = mock_upstream::UpstreamConfig::new(streams.clone());
+        upstream_config.rate = s.upstream.rate;
+        upstream_config.payload_bytes = s.upstream.payload_bytes;
+        upstream_config.retention = s.upstream.retention;
+        let (upstream_addr, upstream) = mock_upstream::start(upstream_config)
+            .await
+            .map_err(|e| invalid("starting the upstream", &e))?;
+        let sink = Sink::start(self.recorder.clone(), s.fencing)
+            .await
+            .map_err(|e| invalid("starting the sink", &e))?;
+
+        let fleet = Fleet::new(
+            self.fleet_config(&format!("ws://{upstream_addr}"), &sink.url()),
+            self.recorder.clone(),
+        );
+        let result = self.with_fleet(&fleet, &sink, &upstream, &streams).await;
+        fleet.kill_all();
+        sink.stop().await;
+        upstream.shutdown().await;
+        result
+    }
+
+    fn fleet_config(&self, upstream_url: &str, sink_url: &str) -> FleetConfig {
+        let s = self.scenario;
+        let seconds = |ms: u64| format!("{}", ms as f64 / 1000.0);
+        let mut env = BTreeMap::from([
+            (
+                "LEASE_TABLE".to_string(),
+                lease_table::DEFAULT_TABLE.to_string(),
+            ),
+            ("LEASE_SECONDS".to_string(), seconds(s.lease.lease_ms)),
+            ("RENEW_SECONDS".to_string(), seconds(s.lease.renew_ms)),
+            (
+                "SKEW_MARGIN_MS".to_string(),
+                s.lease.skew_margin_ms.to_string(),
+            ),
+            ("UPSTREAM_URL".to_string(), upstream_url.to_string()),
+            ("SINK_URL".to_string(), sink_url.to_string()),
+            ("AWS_ENDPOINT_URL".to_string(), self.endpoint.clone()),
+            ("AWS_ACCESS_KEY_ID".to_string(), "local".to_string()),
+            ("AWS_SECRET_ACCESS_KEY".to_string(), "local".to_string()),
+            ("AWS_REGION".to_string(), "us-east-1".to_string()),
+        ]);
+        if let Some(max) = s.fleet.max_streams {
+            env.insert("MAX_STREAMS".into(), max.to_string());
+        }
+        if let Some(ms) = s.fleet.drain_ms {
+            env.insert("DRAIN_SECONDS".into(), seconds(ms));
+        }
+        if let Some(ms) = s.fleet.scan_ms {
+            env.insert("SCAN_SECONDS".into(), seconds(ms));
+        }
+        if let Some(mode) = &s.fleet.acquire_mode {
+            env.insert("ACQUIRE_MODE".into(), mode.clone());
+        }
+        env.extend(s.fleet.env.clone());
+        FleetConfig {
+            bin: self.bin.clone(),
+            dir: self.workers_dir.clone(),
+            env,
+            worker_env: s.fleet.worker_env.clone(),
+            args: Vec::new(),
+        }
+    }
+
+    async fn with_fleet(
+        &self,
+        fleet: &Fleet,
+        sink: &Sink,
+        upstream: &mock_upstream::UpstreamHandle,
+        streams: &[String],
+    ) -> Result<Vec<String>, RunError> {
+        let s = self.scenario;
+        let table = lease_table::DEFAULT_TABLE;
+        for _ in 0..s.fleet.workers {
+            fleet
+                .spawn()
+                .map_err(|e| RunError::Invalid(e.to_string()))?;
+        }
+        let sampler = tokio::spawn(sample_owners(self.client.clone(), self.recorder.clone()));
+        let _sampler_guard = AbortOnDrop(sampler);
+
+        self.warm_up(fleet, sink, streams)
+            .await
+            .map_err(RunError::Failed)?;
+
+        // Faults, each on its own task so a pause or a deploy does not hold up the next one.
+        let injector = Injector {
+            fleet: fleet.clone(),
+            client: self.client.clone(),
+            table: table.to_string(),
+            recorder: self.recorder.clone(),
+            errors: Arc::new(Mutex::new(Vec::new())),
+        };
+        let start = Instant::now();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(s.run.seed);
+        let mut tasks = Vec::new();
+        for (index, fault) in s.faults.iter().enumerate() {
+            let draw = rng.next_u64();
+            let injector = injector.clone();
+            let fault = fault.clone();
+            tasks.push(AbortOnDrop(tokio::spawn(async move {
+                tokio::time::sleep_until(start + Duration::from_millis(fault.at_ms)).await;
+                injector.inject(index, &fault, draw).await;
+            })));
+        }
+        tokio::time::sleep_until(start + Duration::from_millis(s.run.duration_ms)).await;
+        let pending = tasks.iter().filter(|t| !t.0.is_finished()).count();
+        if pending > 0 {
+            let all = futures_util::future::join_all(tasks.iter_mut().map(|t| &mut t.0));
+            if tokio::time::timeout(FAULTS_GRACE, all).await.is_err() {
+                injector
+                    .errors
+                    .lock()
+                    .expect("errors lock poisoned")
+                    .push(format!(
+                        "faults still running {FAULTS_GRACE:?} after the run's end"
+                    ));
+            }
+        }
+        drop(tasks);
+        self.phase("faults_done", None);
+        let mut errors = injector
+            .errors
+            .lock()
+            .expect("errors lock poisoned")
+            .clone();
+
+        // End: stop production, settle, record the final state, drain the fleet.
+        upstream.stop_production();
+        let last_seqs = upstream.last_seqs();
+        self.phase("production_stopped", None);
+        match self.settle(sink, &last_seqs).await {
+            Ok(()) => self.phase("settled", None),
+            Err(e) => {
+                self.phase("settle_timeout", Some(e.clone()));
+                errors.push(e);
+            }
+        }
+        for (stream_id, last_seq) in &last_seqs {
+            self.recorder.record(Record::UpstreamFinal(UpstreamFinal {
+                stream_id: stream_id.clone(),
+                last_seq: *last_seq,
+            }));
+        }
+        match lease_table::scan_all(&self.client, table).await {
+            Ok(items) => {
+                for item in items {
+                    self.recorder
+                        .record(Record::CheckpointFinal(CheckpointFinal {
+                            stream_id: item.stream_id,
+                            owner_id: item.owner_id,
+                            fence_token: item.fence_token,
+                            checkpoint: item.checkpoint,
+                        }));
+                }
+            }
+            Err(e) => errors.push(format!("reading the final table state: {e}")),
+        }
+        let grace =
+            Duration::from_millis(s.fleet.drain_ms.unwrap_or(20_000)) + SHUTDOWN_GRACE_EXTRA;
+        let killed = fleet.shutdown(grace).await;
+        self.phase(
+            "drained",
+            (!killed.is_empty())
+                .then(|| format!("SIGKILLed after {grace:?}: {}", killed.join(", "))),
+        );
+        Ok(errors)
+    }
+
+    /// Waits until every stream has an owner and accepted traffic, within `warmup_ms`.
+    async fn warm_up(&self, fleet: &Fleet, sink: &Sink, streams: &[String]) -> Result<(), String> {
+        let s = self.scenario;
+        let deadline = Instant::now() + Duration::from_millis(s.run.warmup_ms);
+        loop {
+            let items = lease_table::scan_all(&self.client, lease_table::DEFAULT_TABLE)
+                .await
+                .map_err(|e| format!("warm-up: reading the lease table: {e}"))?;
+            let now = lease_table::now_ms();
+            let unowned: Vec<&str> = items
+                .iter()
+                .filter(|i| !i.is_held_at(now))
+                .map(|i| i.stream_id.as_str())
+                .collect();
+            let flowing = sink.streams_with_traffic();
+            let silent: Vec<&str> = streams
+                .iter()
+                .filter(|id| !flowing.contains(*id))
+                .map(String::as_str)
+                .collect();
+            if unowned.is_empty() && silent.is_empty() {
+                self.phase("warmup_done", None);
+                return Ok(());
+            }
+            if fleet.alive().is_empty() {
+                return Err(format!(
+                    "warm-up: every worker exited; see the logs in {}",
+                    self.workers_dir.display()
+                ));
+            }
+            if Instant::now() >= deadline {
+                let sample = |v: &[&str]| v.iter().take(5).copied().collect::<Vec<_>>().join(", ");
+                return Err(format!(
+                    "warm-up did not complete within {} s: {} of {} streams had no owner ({}) and {} no accepted traffic ({}); see the worker logs in {}",
+                    s.run.warmup_ms as f64 / 1000.0,
+                    unowned.len(),
+                    streams.len(),
+                    sample(&unowned),
+                    silent.len(),
+                    sample(&silent),
+                    self.workers_dir.display()
+                ));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Waits until the sink's accepted high-water reaches the last sequence of every stream.
+    async fn settle(&self, sink: &Sink, last_seqs: &BTreeMap<String, u64>) -> Result<(), String> {
+        let limit = Duration::from_millis(self.scenario.run.settle_timeout_ms);
+        let deadline = Instant::now() + limit;
+        let mut behind: HashSet<&String> = last_seqs.keys().collect();
+        loop {
+            behind.retain(|id| sink.high_water(id) < last_seqs[*id]);
+            if behind.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                let mut sample: Vec<String> = behind
+                    .iter()
+                    .map(|id| format!("{id} at {} of {}", sink.high_water(id), last_seqs[*id]))
+                    .collect();
+                sample.sort();
+                sample.truncate(5);
+                return Err(format!(
+                    "settle: {} streams did not reach their last sequence within {limit:?} ({})",
+                    behind.len(),
+                    sample.join(", ")
+                ));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
+
+/// Seeds the streams with a few concurrent writers (2,000 sequential puts would take seconds).
+async fn seed(
+    client: &Client,
+    table: &str,
+    streams: &[String],
+) -> Result<(), lease_table::TableError> {
+    let chunk = streams.len().div_ceil(16).max(1);
+    let seeds = streams
+        .chunks(chunk)
+        .map(|c| lease_table::seed_streams(client, table, c));
+    for result in futures_util::future::join_all(seeds).await {
+        result?;
+    }
+    Ok(())
+}
+
+/// Records who owns how many streams, every [`OWNER_SAMPLE_INTERVAL`], until aborted.
+async fn sample_owners(client: Client, recorder: Recorder) {
+    let mut tick = tokio::time::interval(OWNER_SAMPLE_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Ok(items) = lease_table::scan_all(&client, lease_table::DEFAULT_TABLE).await else {
+            continue;
+        };
+        let now = lease_table::now_ms();
+        let mut owners = BTreeMap::new();
+        let mut free = 0;
+        for item in &items {
+            match &item.owner_id {
+                Some(owner) if item.is_held_at(now) => {
+                    *owners.entry(owner.clone()).or_default() += 1
+                }
+                _ => free += 1,
+            }
+        }
+        recorder.record(Record::OwnerSample(OwnerSample {
+            t_ms: recorder.now_ms(),
+            owners,
+            free,
+        }));
+    }
+}
+
+/// Aborts a task when dropped, so no task of a run outlives it.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The harness's own CPU time (user + system, ms) and peak RSS (bytes); children not included.
+pub fn self_usage() -> (u64, u64) {
+    // SAFETY: getrusage fills the struct we pass.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let ms = |t: libc::timeval| t.tv_sec as u64 * 1000 + t.tv_usec as u64 / 1000;
+    (
+        ms(usage.ru_utime) + ms(usage.ru_stime),
+        usage.ru_maxrss as u64 * 1024,
+    )
+}

@@ -1,0 +1,347 @@
+//! The fencing sink (design §4), hosted in-process: per stream, the highest fence token seen;
+//! a batch under a lower token is refused with 409 and nothing of it stored; events are
+//! idempotent by `event_id`. Every event it receives becomes a `receipt` in the history.
+//!
+//! State is sharded by stream so thousands of batches per second do not contend on one lock,
+//! and no lock is ever held across an await: a batch is decided and its receipts queued to the
+//! history writer (a non-blocking send) inside one short critical section, which also keeps
+//! each stream's receipts in decision order in the file.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasher, RandomState};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use lease_protocol::{SinkAck, SinkBatch, SinkRejection};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::history::{Outcome, Receipt, Recorder};
+
+const SHARDS: usize = 64;
+
+/// One stream's state in the sink.
+#[derive(Default)]
+struct StreamState {
+    highest_fence: u64,
+    /// Bit `seq` set when the event `{stream}:{seq}` is stored.
+    stored: Vec<u64>,
+    /// Events whose id is not the canonical `{stream}:{seq}`.
+    other_ids: HashSet<String>,
+    /// Highest `h` with `1..=h` all stored.
+    high_water: u64,
+}
+
+impl StreamState {
+    fn has(&self, seq: u64) -> bool {
+        let (word, bit) = ((seq / 64) as usize, seq % 64);
+        self.stored.get(word).is_some_and(|w| w & (1 << bit) != 0)
+    }
+
+    /// Stores `seq`; false when it was already stored.
+    fn insert(&mut self, seq: u64) -> bool {
+        if self.has(seq) {
+            return false;
+        }
+        let (word, bit) = ((seq / 64) as usize, seq % 64);
+        if self.stored.len() <= word {
+            self.stored.resize(word + 1, 0);
+        }
+        self.stored[word] |= 1 << bit;
+        while self.has(self.high_water + 1) {
+            self.high_water += 1;
+        }
+        true
+    }
+}
+
+struct Shared {
+    shards: Vec<Mutex<HashMap<String, StreamState>>>,
+    hasher: RandomState,
+    recorder: Recorder,
+    fencing: bool,
+}
+
+impl Shared {
+    fn shard(&self, stream: &str) -> &Mutex<HashMap<String, StreamState>> {
+        &self.shards[self.hasher.hash_one(stream) as usize % SHARDS]
+    }
+}
+
+/// A running sink. Dropping it does not stop the server: call [`Sink::stop`].
+pub struct Sink {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+/// What [`decide`] answered for a batch.
+enum Decision {
+    Stored(SinkAck),
+    Fenced(SinkRejection),
+}
+
+impl Sink {
+    /// Binds `127.0.0.1:0` and serves. `fencing = false` accepts stale tokens (a demonstration
+    /// of what fencing prevents; receipts still say what was accepted).
+    pub async fn start(recorder: Recorder, fencing: bool) -> std::io::Result<Sink> {
+        let shared = Arc::new(Shared {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            hasher: RandomState::new(),
+            recorder,
+            fencing,
+        });
+        let app = Router::new()
+            .route("/streams/{stream_id}/events", post(post_events))
+            .route("/healthz", get(|| async { "ok" }))
+            .with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let serve = axum::serve(listener, app).with_graceful_shutdown(async {
+                let _ = stopped.await;
+            });
+            if let Err(e) = serve.await {
+                tracing::error!("sink server failed: {e}");
+            }
+        });
+        Ok(Sink {
+            addr,
+            shared,
+            stop: Some(stop),
+            task: Some(task),
+        })
+    }
+
+    /// `http://127.0.0.1:PORT`, the workers' `SINK_URL`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The contiguous accepted high-water mark of `stream` (0 when nothing accepted).
+    pub fn high_water(&self, stream: &str) -> u64 {
+        let shard = self
+            .shared
+            .shard(stream)
+            .lock()
+            .expect("sink shard poisoned");
+        shard.get(stream).map_or(0, |s| s.high_water)
+    }
+
+    /// Streams that have at least one accepted event.
+    pub fn streams_with_traffic(&self) -> HashSet<String> {
+        let mut out = HashSet::new();
+        for shard in &self.shared.shards {
+            let shard = shard.lock().expect("sink shard poisoned");
+            out.extend(
+                shard
+                    .iter()
+                    .filter(|(_, s)| s.high_water > 0 || !s.stored.is_empty())
+                    .map(|(k, _)| k.clone()),
+            );
+        }
+        out
+    }
+
+    /// Stops serving and waits for in-flight requests to finish.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), task).await;
+        }
+    }
+}
+
+async fn post_events(
+    State(shared): State<Arc<Shared>>,
+    Path(stream_id): Path<String>,
+    Json(batch): Json<SinkBatch>,
+) -> Response {
+    match decide(&shared, &stream_id, batch) {
+        Decision::Stored(ack) => (StatusCode::OK, Json(ack)).into_response(),
+        Decision::Fenced(rejection) => (StatusCode::CONFLICT, Json(rejection)).into_response(),
+    }
+}
+
+/// Decides a batch and queues its receipts, under the stream's shard lock.
+fn decide(shared: &Shared, stream_id: &str, batch: SinkBatch) -> Decision {
+    let mut shard = shared.shard(stream_id).lock().expect("sink shard poisoned");
+    if !shard.contains_key(stream_id) {
+        shard.insert(stream_id.to_string(), StreamState::default());
+    }
+    let state = shard.get_mut(stream_id).expect("inserted above");
+    let t_ms = shared.recorder.now_ms();
+    let receipt = |seq, outcome| Receipt {
+        t_ms,
+        stream_id: stream_id.to_string(),
+        seq,
+        fence_token: batch.fence_token,
+        owner_id: batch.owner_id.clone(),
+        outcome,
+    };
+    if shared.fencing && batch.fence_token < state.highest_fence {
+        let receipts = batch
+            .events
+            .iter()
+            .map(|e| receipt(e.seq, Outcome::Fenced))
+            .collect();
+        shared.recorder.receipts(receipts);
+        return Decision::Fenced(SinkRejection {
+            reason: format!(
+                "fence token {} is lower than {} already seen for {stream_id}",
+                batch.fence_token, state.highest_fence
+            ),
+            highest_fence: state.highest_fence,
+        });
+    }
+    state.highest_fence = state.highest_fence.max(batch.fence_token);
+    let mut ack = SinkAck {
+        accepted: 0,
+        duplicates: 0,
+    };
+    let mut receipts = Vec::with_capacity(batch.events.len());
+    for event in &batch.events {
+        let new = if is_canonical(&event.event_id, stream_id, event.seq) {
+            state.insert(event.seq)
+        } else {
+            state.other_ids.insert(event.event_id.clone())
+        };
+        let outcome = if new {
+            ack.accepted += 1;
+            Outcome::Accepted
+        } else {
+            ack.duplicates += 1;
+            Outcome::Duplicate
+        };
+        receipts.push(receipt(event.seq, outcome));
+    }
+    shared.recorder.receipts(receipts);
+    Decision::Stored(ack)
+}
+
+/// True when `id` is `{stream}:{seq}` (the protocol's `event_id`), checked without allocating.
+fn is_canonical(id: &str, stream: &str, seq: u64) -> bool {
+    id.strip_prefix(stream)
+        .and_then(|rest| rest.strip_prefix(':'))
+        .and_then(|n| n.parse::<u64>().ok())
+        == Some(seq)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{HistoryWriter, Record};
+    use lease_protocol::{event_id, SinkEvent};
+
+    fn batch(owner: &str, fence: u64, seqs: &[u64]) -> SinkBatch {
+        SinkBatch {
+            owner_id: owner.into(),
+            fence_token: fence,
+            events: seqs
+                .iter()
+                .map(|&seq| SinkEvent {
+                    seq,
+                    event_id: event_id("s-0001", seq),
+                    payload: "p".into(),
+                })
+                .collect(),
+        }
+    }
+
+    #[tokio::test]
+    async fn fences_dedups_and_records_every_receipt_over_http() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("history.jsonl");
+        let writer = HistoryWriter::create(&path).unwrap();
+        let sink = Sink::start(writer.recorder(), true).await.unwrap();
+        let client = reqwest::Client::new();
+        let url = format!("{}{}", sink.url(), lease_protocol::sink_path("s-0001"));
+        let post = |b: SinkBatch| client.post(&url).json(&b).send();
+
+        let r = post(batch("w1", 1, &[1, 2])).await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(
+            r.json::<SinkAck>().await.unwrap(),
+            SinkAck {
+                accepted: 2,
+                duplicates: 0
+            }
+        );
+        let r = post(batch("w2", 2, &[2, 3])).await.unwrap();
+        assert_eq!(
+            r.json::<SinkAck>().await.unwrap(),
+            SinkAck {
+                accepted: 1,
+                duplicates: 1
+            }
+        );
+        let r = post(batch("w1", 1, &[4])).await.unwrap();
+        assert_eq!(r.status(), 409);
+        assert_eq!(r.json::<SinkRejection>().await.unwrap().highest_fence, 2);
+        assert_eq!(sink.high_water("s-0001"), 3, "the fenced 4 was not stored");
+        let r = post(batch("w2", 2, &[5])).await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(
+            sink.high_water("s-0001"),
+            3,
+            "4 is missing, so 5 does not raise the mark"
+        );
+        sink.stop().await;
+        writer.finish().unwrap();
+
+        let outcomes: Vec<(u64, Outcome)> = crate::history::read(&path)
+            .unwrap()
+            .map(|r| match r.unwrap() {
+                Record::Receipt(r) => (r.seq, r.outcome),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        use Outcome::*;
+        assert_eq!(
+            outcomes,
+            vec![
+                (1, Accepted),
+                (2, Accepted),
+                (2, Duplicate),
+                (3, Accepted),
+                (4, Fenced),
+                (5, Accepted)
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn without_fencing_a_stale_token_is_accepted() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = HistoryWriter::create(&dir.path().join("h.jsonl")).unwrap();
+        let sink = Sink::start(writer.recorder(), false).await.unwrap();
+        let shared = sink.shared.clone();
+        assert!(matches!(
+            decide(&shared, "s-0001", batch("w2", 2, &[1])),
+            Decision::Stored(_)
+        ));
+        assert!(matches!(
+            decide(&shared, "s-0001", batch("w1", 1, &[2])),
+            Decision::Stored(_)
+        ));
+        assert_eq!(sink.high_water("s-0001"), 2);
+        sink.stop().await;
+    }
+
+    #[test]
+    fn canonical_ids_are_recognised() {
+        assert!(is_canonical("s-0001:42", "s-0001", 42));
+        assert!(!is_canonical("s-0001:42", "s-0001", 41));
+        assert!(!is_canonical("s-00012:42", "s-0001", 42));
+        assert!(!is_canonical("x", "s-0001", 42));
+    }
+}
