@@ -61,12 +61,15 @@ impl StreamState {
     }
 }
 
+/// An action's streams: stream id → (fence token, lease remaining ms).
+type StreamIndex = HashMap<String, (u64, i64)>;
+
 #[derive(Default)]
 struct Analyser {
     report: Report,
     streams: HashMap<String, StreamState>,
     /// Actions in history order, each with its streams indexed.
-    actions: Vec<(Action, HashMap<String, (u64, i64)>)>,
+    actions: Vec<(Action, StreamIndex)>,
     /// (stream, action index) pairs already used to explain a takeover.
     used: HashMap<String, Vec<usize>>,
     takeover_ms: Vec<u64>,
