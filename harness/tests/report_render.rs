@@ -201,7 +201,7 @@ fn html_is_self_contained_with_four_charts_and_the_same_tables() {
             "report.md's table {heading:?} is missing from report.html"
         );
     }
-    assert!(html.contains("<td class=\"fail\">❌ FAIL</td>"));
+    assert!(html.contains("<td class=\"fail\">✗ FAIL</td>"));
 }
 
 #[test]
@@ -226,4 +226,14 @@ fn thousands_of_streams_sample_the_timeline_taken_over_streams_first() {
     assert!(html.contains(&format!("Showing {MAX_TIMELINE_ROWS} of 2000 streams")));
     // A page people can open: well under a few megabytes.
     assert!(html.len() < 3 << 20, "report.html is {} bytes", html.len());
+}
+
+#[test]
+#[ignore]
+fn dump_fixture() {
+    let dir = std::path::PathBuf::from(std::env::var("DUMP_DIR").unwrap());
+    let n: usize = std::env::var("DUMP_STREAMS").map_or(30, |v| v.parse().unwrap());
+    let records = report_common::history(n, if n > 100 { 1000 } else { 100 });
+    report_common::write_run(&dir, &records, true);
+    report::render_all(&dir).unwrap();
 }

@@ -51,6 +51,22 @@ pub fn owner_hex(index: usize) -> String {
     format!("#{r:02x}{g:02x}{b:02x}")
 }
 
+/// Axis labels: whole numbers without a decimal point, others with one.
+fn tick(v: &f64) -> String {
+    if (v - v.round()).abs() < 1e-9 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+/// Fractions on the CDF's axis.
+fn fraction(v: &f64) -> String {
+    format!("{v:.1}")
+}
+
+const LIGHT_GRID: RGBColor = RGBColor(236, 236, 236);
+
 fn seconds(ms: u64) -> f64 {
     ms as f64 / 1000.0
 }
@@ -125,6 +141,10 @@ pub fn timeline(view: &RunView) -> anyhow::Result<String> {
             .y_labels(0)
             .x_desc("seconds since the run started")
             .label_style((FONT, 12))
+            .light_line_style(LIGHT_GRID)
+            .max_light_lines(2)
+            .x_label_formatter(&tick)
+            .y_label_formatter(&tick)
             .draw()?;
         draw_faults(&mut chart, view, rows as f64)?;
         let min_width = end_s / 400.0;
@@ -190,6 +210,10 @@ pub fn throughput(view: &RunView) -> anyhow::Result<String> {
             .x_desc("seconds since the run started")
             .y_desc("events / s")
             .label_style((FONT, 12))
+            .light_line_style(LIGHT_GRID)
+            .max_light_lines(2)
+            .x_label_formatter(&tick)
+            .y_label_formatter(&tick)
             .draw()?;
         draw_faults(&mut chart, view, y_top)?;
         let series: [(&str, &Vec<u64>, RGBColor); 3] = [
@@ -264,15 +288,22 @@ pub fn latency(view: &RunView, report: &Report) -> anyhow::Result<String> {
             .x_desc("milliseconds from the fault's injection")
             .y_desc("fraction of takeovers")
             .label_style((FONT, 12))
+            .light_line_style(LIGHT_GRID)
+            .max_light_lines(2)
+            .x_label_formatter(&tick)
+            .y_label_formatter(&fraction)
             .draw()?;
         let lease_x = lease as f64;
+        let purple = RGBColor(120, 60, 160);
         chart
             .draw_series(std::iter::once(PathElement::new(
                 vec![(lease_x, 0.0), (lease_x, 1.05)],
-                BLACK.mix(0.5).stroke_width(1),
+                purple.stroke_width(2),
             )))?
             .label(format!("lease ({lease} ms)"))
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK.mix(0.5)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 16, y)], purple.stroke_width(2))
+            });
         if takeovers.is_empty() {
             chart.draw_series(std::iter::once(Text::new(
                 "no takeover followed an injected fault",
@@ -331,8 +362,8 @@ pub fn ownership(view: &RunView) -> anyhow::Result<String> {
         .max(1);
     let y_top = peak as f64 * 1.15;
     let desc = match view.ownership_source {
-        OwnershipSource::Table => "streams owned (lease table)",
-        OwnershipSource::Receipts => "streams published (receipts)",
+        OwnershipSource::Table => "streams owned",
+        OwnershipSource::Receipts => "streams published",
     };
     render(340, |root| {
         let mut chart = ChartBuilder::on(root)
@@ -346,6 +377,10 @@ pub fn ownership(view: &RunView) -> anyhow::Result<String> {
             .x_desc("seconds since the run started")
             .y_desc(desc)
             .label_style((FONT, 12))
+            .light_line_style(LIGHT_GRID)
+            .max_light_lines(2)
+            .x_label_formatter(&tick)
+            .y_label_formatter(&tick)
             .draw()?;
         draw_faults(&mut chart, view, y_top)?;
         let steps = |value: &dyn Fn(usize) -> usize| {

@@ -120,7 +120,10 @@ fn cell(c: &Cell) -> String {
         Some(false) => " class=\"fail\"",
         None => "",
     };
-    if c.code {
+    if c.mark {
+        let mark = if c.passed == Some(true) { "✓" } else { "✗" };
+        format!("<td{class}>{mark} {}</td>", escape(&c.text))
+    } else if c.code {
         format!("<td{class}><code>{}</code></td>", escape(&c.text))
     } else {
         format!("<td{class}>{}</td>", escape(&c.text))

@@ -21,15 +21,33 @@ pub fn verdict_line(report: &Report) -> String {
     line
 }
 
-/// Escapes what would break a table cell or start markup.
+/// Escapes what would break a table cell or start markup: `|`, backslashes, newlines, and a
+/// `<` that could open an HTML tag (`<=` stays readable).
 fn escape(text: &str) -> String {
-    text.replace('\\', "\\\\")
-        .replace('|', "\\|")
-        .replace('<', "&lt;")
-        .replace('\n', " ")
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '|' => out.push_str("\\|"),
+            '\n' => out.push(' '),
+            '<' if chars
+                .peek()
+                .is_some_and(|n| n.is_ascii_alphabetic() || matches!(n, '/' | '!' | '?')) =>
+            {
+                out.push_str("&lt;")
+            }
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn cell(c: &Cell) -> String {
+    if c.mark {
+        let mark = if c.passed == Some(true) { "✅" } else { "❌" };
+        return format!("{mark} {}", escape(&c.text));
+    }
     if c.code {
         format!("`{}`", c.text.replace('`', "'").replace('|', "\\|"))
     } else {

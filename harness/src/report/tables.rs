@@ -16,7 +16,10 @@ pub struct Cell {
     pub text: String,
     /// Text to show as code (a metric path, an expression).
     pub code: bool,
+    /// Colours the cell green (true) or red (false).
     pub passed: Option<bool>,
+    /// A verdict cell: markdown prefixes ✅ / ❌, HTML ✓ / ✗.
+    pub mark: bool,
 }
 
 impl Cell {
@@ -25,6 +28,7 @@ impl Cell {
             text: text.into(),
             code: true,
             passed: None,
+            mark: false,
         }
     }
 }
@@ -35,6 +39,7 @@ impl<T: Into<String>> From<T> for Cell {
             text: text.into(),
             code: false,
             passed: None,
+            mark: false,
         }
     }
 }
@@ -107,7 +112,7 @@ fn expectations(report: &Report) -> Table {
             } else {
                 format!("{} {} (= {})", e.op, num(e.threshold), e.threshold_expr)
             };
-            let verdict = if e.passed { "✅ pass" } else { "❌ FAIL" };
+            let verdict = if e.passed { "pass" } else { "FAIL" };
             vec![
                 e.name.clone().into(),
                 Cell::code(e.metric.clone()),
@@ -115,6 +120,7 @@ fn expectations(report: &Report) -> Table {
                 e.actual.map_or("null (no value)".to_string(), num).into(),
                 Cell {
                     passed: Some(e.passed),
+                    mark: true,
                     ..Cell::from(verdict)
                 },
             ]

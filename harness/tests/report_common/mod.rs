@@ -118,7 +118,7 @@ pub fn history(streams: usize, period_ms: u64) -> Vec<Record> {
                 Some(_) => PAUSE_MS,
                 None => u64::MAX,
             };
-            let end = holds.get(k + 1).map_or(STOP_MS, |next| next.start);
+            let end = holds.get(k + 1).map_or(STOP_MS + 1, |next| next.start);
             if k > 0 {
                 // Replay from the checkpoint: the last two delivered events again, then the rest.
                 for seq in delivered.saturating_sub(1).max(1)..=delivered {
