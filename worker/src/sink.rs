@@ -20,6 +20,8 @@ pub enum SinkAnswer {
         status: &'static str,
         detail: String,
     },
+    /// Not sent: the local deadline passed before the request left (e.g. the process was paused).
+    NotSent,
 }
 
 /// A sink client for one `SINK_URL`.
@@ -54,8 +56,18 @@ impl Sink {
         Bytes::from(serde_json::to_vec(batch).expect("sink batches always serialise"))
     }
 
-    /// Posts `body` to `url` within `timeout`.
-    pub async fn post(&self, url: &str, body: Bytes, timeout: Duration) -> SinkAnswer {
+    /// Posts `body` to `url` within `timeout`, unless `not_after` has already passed when the
+    /// request is about to leave (the last check before bytes hit the wire).
+    pub async fn post(
+        &self,
+        url: &str,
+        body: Bytes,
+        timeout: Duration,
+        not_after: Option<tokio::time::Instant>,
+    ) -> SinkAnswer {
+        if not_after.is_some_and(|t| tokio::time::Instant::now() >= t) {
+            return SinkAnswer::NotSent;
+        }
         let sent = self
             .client
             .post(url)

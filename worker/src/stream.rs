@@ -455,7 +455,8 @@ impl Runner {
         let sink = self.shared.sink.clone();
         let url = self.url.clone();
         let body = post.body.clone();
-        let fut = Box::pin(async move { sink.post(&url, body, timeout).await });
+        let not_after = self.core.enforces_deadline().then(|| self.core.deadline());
+        let fut = Box::pin(async move { sink.post(&url, body, timeout, not_after).await });
         self.posting = Some((post, fut));
         None
     }
@@ -473,6 +474,7 @@ impl Runner {
                 self.shared.metrics.batches_published.inc();
                 None
             }
+            SinkAnswer::NotSent => Some(self.lose(LostReason::Deadline)),
             SinkAnswer::Fenced(detail) => {
                 self.shared.metrics.sink_rejected("409");
                 tracing::warn!(stream_id = %self.id, fence_token = self.core.fence(), %detail, "sink refused our fence token (409)");
@@ -692,9 +694,7 @@ async fn maybe_post(posting: &mut Option<(Post, BoxFut<SinkAnswer>)>) -> SinkAns
     }
 }
 
-async fn maybe_renew(
-    renewing: &mut Option<(Renewal, BoxFut<RenewResult>)>,
-) -> RenewResult {
+async fn maybe_renew(renewing: &mut Option<(Renewal, BoxFut<RenewResult>)>) -> RenewResult {
     match renewing {
         Some((_, fut)) => fut.await,
         None => std::future::pending().await,

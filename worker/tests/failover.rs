@@ -294,3 +294,64 @@ async fn bare_and_lease_demo_items_are_acquired() {
         assert_eq!(it.fence_token, Some(fence));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_owner_is_fenced_and_the_chaos_zombie_is_refused_by_the_sink() {
+    let _serial = SERIAL.lock().await;
+    let ddb = dynamo(&[STREAM]).await;
+    let (up, _upstream) = upstream(&[STREAM], 100.0).await;
+    let (sink_addr, sink) = TestSink::start().await;
+    let mut fleet = Fleet {
+        endpoint: ddb.endpoint().to_string(),
+        upstream: up,
+        sink: sink_addr,
+        lease: "2",
+        renew: "0.5",
+        scan: "0.5",
+        extra: vec![("CHAOS_SKIP_DEADLINE_CHECK", "true".to_string())],
+    };
+    let zombie = fleet.spawn("zombie");
+    eventually(Duration::from_secs(30), || async {
+        sink.accepted(STREAM).first().cloned()
+    })
+    .await
+    .expect("the zombie-to-be publishes");
+    assert!(
+        zombie.logs().contains("CHAOS_SKIP_DEADLINE_CHECK is ON"),
+        "loudly logged"
+    );
+    fleet.extra.clear();
+    let healthy = fleet.spawn("healthy");
+    healthy.metrics_addr().await;
+
+    zombie.signal("STOP");
+    let next = eventually(Duration::from_secs(30), || async {
+        sink.accepted(STREAM)
+            .into_iter()
+            .find(|r| r.owner == "healthy")
+    })
+    .await
+    .expect("the healthy worker takes over from the paused one");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    zombie.signal("CONT");
+
+    // The zombie keeps publishing with its old token: the sink refuses it and it stops.
+    eventually(Duration::from_secs(20), || async {
+        let fenced = zombie
+            .metric(r#"lease_worker_leases_lost_total{reason="sink_fenced"}"#)
+            .await?;
+        (fenced >= 1.0).then_some(())
+    })
+    .await
+    .unwrap_or_else(|| panic!("the zombie was never fenced\n{}", zombie.logs()));
+    let receipts = sink.receipts();
+    assert!(receipts
+        .iter()
+        .any(|r| r.outcome == Outcome::Fenced && r.owner == "zombie"));
+    // Nothing stale was accepted after the takeover.
+    assert!(receipts
+        .iter()
+        .filter(|r| r.at >= next.at && r.outcome == Outcome::Accepted)
+        .all(|r| r.fence >= next.fence));
+    drop(healthy);
+}
