@@ -35,8 +35,9 @@ pub enum Command {
     },
     /// Benchmarks (takeover, throughput). Not implemented in this build.
     Bench(PassThrough),
-    /// Render report.md / report.html / junit.xml from a run directory. Not implemented in this build.
-    Report(PassThrough),
+    /// Render report.md, report.html and junit.xml again from DIR/history.jsonl + DIR/report.json
+    /// (exit 0 when the report passed, 1 when it failed, 2 when the files cannot be read).
+    Report { dir: PathBuf },
 }
 
 /// `harness run` flags.
@@ -71,7 +72,8 @@ pub async fn main(cli: Cli) -> ExitCode {
         Command::Run(args) => run(args).await,
         Command::Validate { files } => validate(&files),
         Command::List { dir } => list(&dir),
-        Command::Bench(_) | Command::Report(_) => {
+        Command::Report { dir } => crate::report::command(&dir),
+        Command::Bench(_) => {
             eprintln!("harness: this subcommand is not implemented in this build");
             ExitCode::from(2)
         }

@@ -79,6 +79,9 @@ pub async fn run(
     }
     let bin = crate::fleet::resolve_worker_bin(options.worker_bin.as_deref())
         .map_err(RunError::Invalid)?;
+    let expected_ms = scenario.run.warmup_ms + scenario.run.duration_ms;
+    let progress = crate::report::Progress::stderr(&scenario.name, expected_ms);
+    progress.set_phase("provisioning DynamoDB Local");
     let workers_dir = options.out.join("workers");
     std::fs::create_dir_all(&workers_dir)
         .map_err(|e| RunError::Invalid(format!("cannot create {}: {e}", workers_dir.display())))?;
@@ -101,6 +104,7 @@ pub async fn run(
         recorder: recorder.clone(),
         bin,
         workers_dir,
+        progress: progress.clone(),
     };
     let errors = tokio::select! {
         result = env.execute() => result,
@@ -128,6 +132,7 @@ pub async fn run(
     let mut report = analyse_file(&history_path).map_err(|e| RunError::Failed(e.to_string()))?;
     crate::expect::judge(&mut report, &scenario.expectations);
     write_reports(&options.out, &report).map_err(|e| RunError::Failed(e.to_string()))?;
+    progress.finish(report.passed, &options.out.join(crate::report::HTML_FILE));
     Ok(report)
 }
 
@@ -137,9 +142,12 @@ pub fn analyse_file(path: &Path) -> anyhow::Result<Report> {
     Ok(crate::analysis::analyse(records?))
 }
 
-/// Writes `report.json` into `dir`. The renderers (report.md, report.html, junit.xml) hook in here.
+/// Writes `report.json` into `dir`, then renders report.md, report.html and junit.xml from it
+/// and the history.
 pub fn write_reports(dir: &Path, report: &Report) -> anyhow::Result<()> {
-    report.write(&dir.join("report.json"))
+    report.write(&dir.join("report.json"))?;
+    crate::report::render_all(dir)?;
+    Ok(())
 }
 
 struct Env<'a> {
@@ -149,11 +157,13 @@ struct Env<'a> {
     recorder: Recorder,
     bin: PathBuf,
     workers_dir: PathBuf,
+    progress: crate::report::Progress,
 }
 
 impl Env<'_> {
     fn phase(&self, phase: &str, detail: Option<String>) {
         tracing::info!(phase, detail = detail.as_deref().unwrap_or(""), "run phase");
+        self.progress.set_phase(crate::report::phase_label(phase));
         self.recorder.record(Record::Phase(Phase {
             t_ms: self.recorder.now_ms(),
             phase: phase.to_string(),
@@ -205,7 +215,15 @@ impl Env<'_> {
             self.fleet_config(&format!("ws://{upstream_addr}"), &sink.url()),
             self.recorder.clone(),
         );
-        let result = self.with_fleet(&fleet, &sink, &upstream, &streams).await;
+        let work = self.with_fleet(&fleet, &sink, &upstream, &streams);
+        let result = (self.progress)
+            .drive(work, || crate::report::Counters {
+                elapsed_ms: self.recorder.now_ms(),
+                produced: upstream.events_produced(),
+                accepted: sink.accepted(),
+                takeovers: sink.fence_raises(),
+            })
+            .await;
         fleet.kill_all();
         sink.stop().await;
         upstream.shutdown().await;
@@ -271,6 +289,7 @@ impl Env<'_> {
         }
         let sampler = tokio::spawn(sample_owners(self.client.clone(), self.recorder.clone()));
         let _sampler_guard = AbortOnDrop(sampler);
+        self.progress.set_phase("warm-up");
 
         self.warm_up(fleet, sink, streams)
             .await
@@ -291,8 +310,10 @@ impl Env<'_> {
             let draw = rng.next_u64();
             let injector = injector.clone();
             let fault = fault.clone();
+            let (progress, count) = (self.progress.clone(), s.faults.len());
             tasks.push(AbortOnDrop(tokio::spawn(async move {
                 tokio::time::sleep_until(start + Duration::from_millis(fault.at_ms)).await;
+                progress.set_phase(format!("fault {} of {count}", index + 1));
                 injector.inject(index, &fault, draw).await;
             })));
         }

@@ -10,6 +10,7 @@
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, RandomState};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::extract::{Path, State};
@@ -65,6 +66,9 @@ struct Shared {
     hasher: RandomState,
     recorder: Recorder,
     fencing: bool,
+    /// For the progress line only (the report counts from the history).
+    accepted: AtomicU64,
+    fence_raises: AtomicU64,
 }
 
 impl Shared {
@@ -96,6 +100,8 @@ impl Sink {
             hasher: RandomState::new(),
             recorder,
             fencing,
+            accepted: AtomicU64::new(0),
+            fence_raises: AtomicU64::new(0),
         });
         let app = Router::new()
             .route("/streams/{stream_id}/events", post(post_events))
@@ -148,6 +154,17 @@ impl Sink {
             );
         }
         out
+    }
+
+    /// Events accepted so far (for the progress line).
+    pub fn accepted(&self) -> u64 {
+        self.shared.accepted.load(Ordering::Relaxed)
+    }
+
+    /// Times a stream's highest fence token went up after its first owner: takeovers so far,
+    /// as the progress line counts them.
+    pub fn fence_raises(&self) -> u64 {
+        self.shared.fence_raises.load(Ordering::Relaxed)
     }
 
     /// Stops serving and waits for in-flight requests to finish.
@@ -203,6 +220,9 @@ fn decide(shared: &Shared, stream_id: &str, batch: SinkBatch) -> Decision {
             highest_fence: state.highest_fence,
         });
     }
+    if state.highest_fence > 0 && batch.fence_token > state.highest_fence {
+        shared.fence_raises.fetch_add(1, Ordering::Relaxed);
+    }
     state.highest_fence = state.highest_fence.max(batch.fence_token);
     let mut ack = SinkAck {
         accepted: 0,
@@ -225,6 +245,7 @@ fn decide(shared: &Shared, stream_id: &str, batch: SinkBatch) -> Decision {
         receipts.push(receipt(event.seq, outcome));
     }
     shared.recorder.receipts(receipts);
+    shared.accepted.fetch_add(ack.accepted, Ordering::Relaxed);
     Decision::Stored(ack)
 }
 

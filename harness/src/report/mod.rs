@@ -23,7 +23,7 @@ use crate::history::{self, Record};
 use crate::report_json::Report;
 
 pub use markdown::verdict_line;
-pub use progress::{Counters, Progress, PLAIN_INTERVAL};
+pub use progress::{phase_label, Counters, Progress, PLAIN_INTERVAL};
 pub use view::{RunView, MAX_TIMELINE_ROWS};
 
 /// The history file in a run directory.
@@ -43,12 +43,14 @@ pub struct Rendered {
     pub junit: String,
 }
 
-/// Where [`render_all`] wrote them.
+/// Where [`render_all`] wrote them, and the verdict they show.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Paths {
     pub markdown: PathBuf,
     pub html: PathBuf,
     pub junit: PathBuf,
+    /// `passed` of the report.json they were rendered from.
+    pub passed: bool,
 }
 
 /// Renders the three documents from a history's records and its report.
@@ -74,7 +76,10 @@ pub fn render(
 /// Reads `DIR/history.jsonl` and `DIR/report.json` and renders them; an error names the file
 /// (and the line of the history).
 pub fn render_dir(dir: &Path) -> anyhow::Result<Rendered> {
-    let report = Report::read(&dir.join(REPORT_FILE))?;
+    render_dir_with(dir, &Report::read(&dir.join(REPORT_FILE))?)
+}
+
+fn render_dir_with(dir: &Path, report: &Report) -> anyhow::Result<Rendered> {
     let mut bad_line = None;
     let records = history::read(&dir.join(HISTORY_FILE))?.map_while(|r| match r {
         Ok(record) => Some(record),
@@ -83,7 +88,7 @@ pub fn render_dir(dir: &Path) -> anyhow::Result<Rendered> {
             None
         }
     });
-    let rendered = render(records, &report)?;
+    let rendered = render(records, report)?;
     match bad_line {
         Some(e) => Err(e),
         None => Ok(rendered),
@@ -93,11 +98,13 @@ pub fn render_dir(dir: &Path) -> anyhow::Result<Rendered> {
 /// Renders `DIR/report.md`, `DIR/report.html` and `DIR/junit.xml` from the run's
 /// `history.jsonl` and `report.json` (what `harness report DIR` and the end of a run call).
 pub fn render_all(dir: &Path) -> anyhow::Result<Paths> {
-    let rendered = render_dir(dir)?;
+    let report = Report::read(&dir.join(REPORT_FILE))?;
+    let rendered = render_dir_with(dir, &report)?;
     let paths = Paths {
         markdown: dir.join(MARKDOWN_FILE),
         html: dir.join(HTML_FILE),
         junit: dir.join(JUNIT_FILE),
+        passed: report.passed,
     };
     for (path, text) in [
         (&paths.markdown, &rendered.markdown),
@@ -107,4 +114,23 @@ pub fn render_all(dir: &Path) -> anyhow::Result<Paths> {
         std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
     }
     Ok(paths)
+}
+
+/// `harness report DIR`: renders the files again and prints the verdict and where they are.
+/// Exit code 0 when the report passed, 1 when it failed, 2 when the files cannot be read.
+pub fn command(dir: &Path) -> std::process::ExitCode {
+    match render_all(dir) {
+        Ok(paths) => {
+            let verdict = if paths.passed { "PASSED" } else { "FAILED" };
+            println!("{verdict}: {}", dir.display());
+            for path in [&paths.markdown, &paths.html, &paths.junit] {
+                println!("  wrote {}", path.display());
+            }
+            std::process::ExitCode::from(if paths.passed { 0 } else { 1 })
+        }
+        Err(e) => {
+            eprintln!("harness report: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
 }

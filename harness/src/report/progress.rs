@@ -13,6 +13,20 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// How often the plain (non-terminal) reporter prints a line when nothing else happens.
 pub const PLAIN_INTERVAL: Duration = Duration::from_secs(5);
+/// How often [`Progress::drive`] refreshes the counters.
+const TICK: Duration = Duration::from_millis(500);
+
+/// What to show for a `phase` record of the history (`warmup_done` → the phase that follows).
+pub fn phase_label(recorded: &str) -> String {
+    match recorded {
+        "warmup_done" => "running: faults on schedule".to_string(),
+        "faults_done" => "faults done, traffic continues".to_string(),
+        "production_stopped" => "settle: waiting for the sink to catch up".to_string(),
+        "settled" | "settle_timeout" => "drain: stopping the fleet".to_string(),
+        "drained" => "analysing the history".to_string(),
+        other => other.replace('_', " "),
+    }
+}
 
 /// What the run has done so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -165,6 +179,27 @@ impl Progress {
                 plain.last = Some(Instant::now());
                 let _ = writeln!(plain.out, "[{}] {text}", self.scenario);
                 let _ = plain.out.flush();
+            }
+        }
+    }
+
+    /// Runs `work` while refreshing the counters from `counters` twice a second; returns what
+    /// `work` returns. `counters` may borrow what `work` borrows (nothing is spawned).
+    pub async fn drive<T>(
+        &self,
+        work: impl std::future::Future<Output = T>,
+        counters: impl Fn() -> Counters,
+    ) -> T {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                out = &mut work => {
+                    self.update(counters());
+                    return out;
+                }
+                _ = tick.tick() => self.update(counters()),
             }
         }
     }

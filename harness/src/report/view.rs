@@ -190,7 +190,7 @@ impl RunView {
         for record in records {
             b.add(record);
         }
-        b.markers.sort_by(|x, y| x.t_ms.cmp(&y.t_ms));
+        b.markers.sort_by_key(|m| m.t_ms);
         b.samples.sort_by_key(|s| s.t_ms);
         let end_ms = b.end_ms.max(report.harness.wall_ms).max(1);
         let mut all_streams: BTreeSet<&String> = b.segments.keys().collect();
