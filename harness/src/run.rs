@@ -29,7 +29,7 @@ use crate::sink::Sink;
 /// Interval between ownership samples (table scans) for the timeline.
 pub const OWNER_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 /// How often warm-up and settle check their condition.
-const POLL: Duration = Duration::from_millis(200);
+const POLL: Duration = Duration::from_millis(300);
 /// Extra time, beyond a worker's drain, before the final shutdown SIGKILLs it.
 const SHUTDOWN_GRACE_EXTRA: Duration = Duration::from_secs(3);
 /// Bound on waiting for fault tasks still running at the run's end.
@@ -472,31 +472,32 @@ async fn seed(
     Ok(())
 }
 
-/// Records who owns how many streams, every [`OWNER_SAMPLE_INTERVAL`], until aborted.
+/// Records who owns how many streams, every [`OWNER_SAMPLE_INTERVAL`] or four times as long as a
+/// scan takes, whichever is longer (so sampling a large table never loads DynamoDB Local much),
+/// until aborted.
 async fn sample_owners(client: Client, recorder: Recorder) {
-    let mut tick = tokio::time::interval(OWNER_SAMPLE_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
-        let Ok(items) = lease_table::scan_all(&client, lease_table::DEFAULT_TABLE).await else {
-            continue;
-        };
-        let now = lease_table::now_ms();
-        let mut owners = BTreeMap::new();
-        let mut free = 0;
-        for item in &items {
-            match &item.owner_id {
-                Some(owner) if item.is_held_at(now) => {
-                    *owners.entry(owner.clone()).or_default() += 1
+        let started = Instant::now();
+        if let Ok(items) = lease_table::scan_all(&client, lease_table::DEFAULT_TABLE).await {
+            let now = lease_table::now_ms();
+            let mut owners = BTreeMap::new();
+            let mut free = 0;
+            for item in &items {
+                match &item.owner_id {
+                    Some(owner) if item.is_held_at(now) => {
+                        *owners.entry(owner.clone()).or_default() += 1
+                    }
+                    _ => free += 1,
                 }
-                _ => free += 1,
             }
+            recorder.record(Record::OwnerSample(OwnerSample {
+                t_ms: recorder.now_ms(),
+                owners,
+                free,
+            }));
         }
-        recorder.record(Record::OwnerSample(OwnerSample {
-            t_ms: recorder.now_ms(),
-            owners,
-            free,
-        }));
+        let pause = OWNER_SAMPLE_INTERVAL.max(started.elapsed() * 4);
+        tokio::time::sleep_until(started + pause).await;
     }
 }
 

@@ -182,3 +182,50 @@ impl<T> RecvMany<T> for mpsc::UnboundedReceiver<T> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::Outcome;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_senders_lose_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.jsonl");
+        let writer = HistoryWriter::create(&path).unwrap();
+        let tasks: Vec<_> = (0..8)
+            .map(|task| {
+                let recorder = writer.recorder();
+                tokio::spawn(async move {
+                    for batch in 0..500u64 {
+                        let receipts = (0..20)
+                            .map(|i| Receipt {
+                                t_ms: recorder.now_ms(),
+                                stream_id: format!("s-{task}"),
+                                seq: batch * 20 + i + 1,
+                                fence_token: 1,
+                                owner_id: "w".into(),
+                                outcome: Outcome::Accepted,
+                            })
+                            .collect();
+                        recorder.receipts(receipts);
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(writer.recorder().receipt_count(), 80_000);
+        assert_eq!(writer.finish().unwrap(), 80_000);
+        let mut last: std::collections::HashMap<String, u64> = Default::default();
+        for record in crate::history::read(&path).unwrap() {
+            let Record::Receipt(r) = record.unwrap() else {
+                panic!("only receipts were sent")
+            };
+            let previous = last.insert(r.stream_id.clone(), r.seq).unwrap_or(0);
+            assert_eq!(r.seq, previous + 1, "each sender's receipts stay in order");
+        }
+        assert_eq!(last.len(), 8);
+    }
+}
