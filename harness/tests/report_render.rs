@@ -9,21 +9,10 @@ use std::path::Path;
 use std::process::Command;
 
 use harness::report::{self, MAX_TIMELINE_ROWS};
+use report_common::attr_of;
 
 fn read(dir: &Path, name: &str) -> Vec<u8> {
     std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
-}
-
-/// The value of `attr="…"` on the element that carries `marker` (e.g. `data-chart="timeline"`).
-fn attr_of(html: &str, marker: &str, attr: &str) -> Option<String> {
-    let at = html.find(marker)?;
-    let start = html[..at].rfind('<')?;
-    let end = at + html[at..].find('>')?;
-    let tag = &html[start..end];
-    let key = format!("{attr}=\"");
-    let from = tag.find(&key)? + key.len();
-    let len = tag[from..].find('"')?;
-    Some(tag[from..from + len].to_string())
 }
 
 #[test]
@@ -228,6 +217,8 @@ fn thousands_of_streams_sample_the_timeline_taken_over_streams_first() {
     assert!(html.len() < 3 << 20, "report.html is {} bytes", html.len());
 }
 
+/// Not a check: writes the synthetic run and its rendered files into `$DUMP_DIR` to look at
+/// (`DUMP_DIR=/tmp/r cargo test -p harness --test report_render dump_fixture -- --ignored`).
 #[test]
 #[ignore]
 fn dump_fixture() {

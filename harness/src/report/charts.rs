@@ -37,6 +37,10 @@ pub const PALETTE: [(u8, u8, u8); 12] = [
 ];
 
 const FAULT_RED: RGBColor = RGBColor(200, 30, 30);
+/// Data colours of the events-per-second chart (also listed on the figure for the page check).
+pub const ACCEPTED: RGBColor = RGBColor(31, 119, 180);
+pub const DUPLICATE: RGBColor = RGBColor(255, 127, 14);
+pub const FENCED: RGBColor = RGBColor(204, 0, 102);
 const PERIOD_FILL: RGBColor = RGBColor(255, 170, 60);
 
 /// The colour of owner number `index`.
@@ -47,8 +51,12 @@ pub fn owner_color(index: usize) -> RGBColor {
 
 /// `#rrggbb` of owner number `index`, for the HTML legend.
 pub fn owner_hex(index: usize) -> String {
-    let (r, g, b) = PALETTE[index % PALETTE.len()];
-    format!("#{r:02x}{g:02x}{b:02x}")
+    hex(owner_color(index))
+}
+
+/// `#rrggbb` of a colour.
+pub fn hex(c: RGBColor) -> String {
+    format!("#{:02x}{:02x}{:02x}", c.0, c.1, c.2)
 }
 
 /// Axis labels: whole numbers without a decimal point, others with one.
@@ -217,9 +225,9 @@ pub fn throughput(view: &RunView) -> anyhow::Result<String> {
             .draw()?;
         draw_faults(&mut chart, view, y_top)?;
         let series: [(&str, &Vec<u64>, RGBColor); 3] = [
-            ("accepted", &view.accepted_per_s, owner_color(0)),
-            ("duplicate", &view.duplicate_per_s, RGBColor(255, 127, 14)),
-            ("fenced (rejected)", &view.fenced_per_s, FAULT_RED),
+            ("accepted", &view.accepted_per_s, ACCEPTED),
+            ("duplicate", &view.duplicate_per_s, DUPLICATE),
+            ("fenced (rejected)", &view.fenced_per_s, FENCED),
         ];
         for (name, counts, color) in series {
             if counts.iter().all(|&c| c == 0) {
@@ -323,7 +331,7 @@ pub fn latency(view: &RunView, report: &Report) -> anyhow::Result<String> {
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 16, y)], grey.stroke_width(2))
                 });
-            let blue = owner_color(0);
+            let blue = ACCEPTED;
             chart
                 .draw_series(LineSeries::new(cdf_steps(&takeovers), blue.stroke_width(2)))?
                 .label("takeover_ms")

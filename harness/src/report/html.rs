@@ -1,13 +1,15 @@
 //! `report.html`: one self-contained page (inline CSS, inline SVG charts, one small inline script
 //! and nothing fetched) with the verdict, the four charts and the same tables as `report.md`.
 //!
-//! The script only checks the page: it counts what each chart drew and measures it, writes the
-//! figures into `data-drawn` / `data-box` attributes (read by the headless-browser test) and shows
-//! a warning if a chart came out empty.
+//! The script only checks the page: per chart it counts the shapes drawn (`data-drawn`), the
+//! data marks among them — shapes in the chart's data colours, listed in `data-colors` — and
+//! their vertices (`data-marks`, `data-mark-points`), measures the drawing (`data-box`) and, for
+//! the timeline, the stream rows labelled (`data-rows-drawn`). The headless-browser test reads
+//! these; a person sees a warning if a chart came out empty.
 
 use std::fmt::Write;
 
-use super::charts::owner_hex;
+use super::charts::{hex, owner_hex, ACCEPTED, DUPLICATE, FENCED};
 use super::markdown::verdict_line;
 use super::tables::{Cell, Table};
 use super::view::{OwnershipSource, RunView, MAX_TIMELINE_ROWS};
@@ -70,6 +72,20 @@ const CHECK_SCRIPT: &str = r#"
     var box = svg ? svg.getBBox() : { width: 0, height: 0 };
     figure.setAttribute('data-drawn', String(drawn));
     figure.setAttribute('data-box', Math.round(box.width) + 'x' + Math.round(box.height));
+    var colors = (figure.getAttribute('data-colors') || '').toUpperCase().split(' ').filter(Boolean);
+    var marks = 0, points = 0;
+    if (svg) {
+      svg.querySelectorAll('*').forEach(function (el) {
+        var fill = (el.getAttribute('fill') || '').toUpperCase();
+        var stroke = (el.getAttribute('stroke') || '').toUpperCase();
+        if (colors.indexOf(fill) < 0 && colors.indexOf(stroke) < 0) { return; }
+        marks += 1;
+        var p = el.getAttribute('points');
+        points += p ? p.trim().split(/\s+/).length : 1;
+      });
+    }
+    figure.setAttribute('data-marks', String(marks));
+    figure.setAttribute('data-mark-points', String(points));
     var wanted = (figure.getAttribute('data-streams') || '').split(' ').filter(Boolean);
     if (wanted.length && svg) {
       var labels = {};
@@ -144,6 +160,14 @@ fn owner_legend(view: &RunView) -> String {
     out
 }
 
+/// The owners' colours, space-separated, for `data-colors`.
+fn owner_colors(view: &RunView) -> String {
+    (0..view.owners.len())
+        .map(owner_hex)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Renders the whole page.
 pub fn render(report: &Report, view: &RunView, tables: &[Table], charts: &Charts) -> String {
     let mut out = String::with_capacity(256 * 1024);
@@ -214,11 +238,12 @@ pub fn render(report: &Report, view: &RunView, tables: &[Table], charts: &Charts
     let _ = writeln!(
         out,
         "<h2>Charts</h2>\n<figure id=\"chart-timeline\" data-chart=\"timeline\" data-rows=\"{shown}\" \
-         data-streams=\"{}\">\n<figcaption><b>Timeline per stream.</b> Each row is a stream, \
+         data-colors=\"{}\" data-streams=\"{}\">\n<figcaption><b>Timeline per stream.</b> Each row is a stream, \
          coloured by the owner whose writes the sink received; a black tick marks a new fence \
          token, a red cross a write the sink rejected as stale, red lines the injected actions, \
          orange shading each fault until the last takeover it caused (a pause until its resume).{}\
          </figcaption>\n{}\n{}\n</figure>",
+        owner_colors(view),
         escape(&view.timeline_rows.join(" ")),
         escape(&sampled),
         owner_legend(view),
@@ -226,19 +251,24 @@ pub fn render(report: &Report, view: &RunView, tables: &[Table], charts: &Charts
     );
     let _ = writeln!(
         out,
-        "<figure id=\"chart-throughput\" data-chart=\"throughput\">\n<figcaption><b>Accepted events \
+        "<figure id=\"chart-throughput\" data-chart=\"throughput\" data-colors=\"{} {} {}\">\n<figcaption><b>Accepted events \
          per second.</b> The dip after a fault is the takeover; the bump after it, the replay \
          from the checkpoint.</figcaption>\n{}\n</figure>",
+        hex(ACCEPTED),
+        hex(DUPLICATE),
+        hex(FENCED),
         charts.throughput
     );
     let _ = writeln!(
         out,
-        "<figure id=\"chart-latency\" data-chart=\"takeover-latency\" data-points=\"{}\">\n\
+        "<figure id=\"chart-latency\" data-chart=\"takeover-latency\" data-points=\"{}\" \
+         data-colors=\"{}\">\n\
          <figcaption><b>Takeover latency (CDF).</b> From the fault's injection to the first event \
          accepted under the new fence, against its floor: the lease the fault left plus the skew \
          margin (0 for a graceful handoff). The gap between the curves is what the fleet added.\
          </figcaption>\n{}\n</figure>",
         view.latencies.len(),
+        hex(ACCEPTED),
         charts.latency
     );
     let source = match view.ownership_source {
@@ -247,10 +277,12 @@ pub fn render(report: &Report, view: &RunView, tables: &[Table], charts: &Charts
     };
     let _ = writeln!(
         out,
-        "<figure id=\"chart-ownership\" data-chart=\"ownership\" data-series=\"{}\">\n\
+        "<figure id=\"chart-ownership\" data-chart=\"ownership\" data-series=\"{}\" \
+         data-colors=\"{}\">\n\
          <figcaption><b>Streams owned per worker</b>, {source}; dashed grey: streams with no \
          live owner.</figcaption>\n{}\n{}\n</figure>",
         view.owners.len(),
+        owner_colors(view),
         owner_legend(view),
         charts.ownership
     );

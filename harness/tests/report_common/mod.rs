@@ -358,3 +358,16 @@ pub fn write_run(dir: &Path, records: &[Record], failing: bool) -> Report {
         .expect("write report");
     report
 }
+
+/// The value of `attr="…"` on the element whose start tag contains `marker`
+/// (e.g. `data-chart="timeline"`).
+pub fn attr_of(html: &str, marker: &str, attr: &str) -> Option<String> {
+    let at = html.find(marker)?;
+    let start = html[..at].rfind('<')?;
+    let end = at + html[at..].find('>')?;
+    let tag = &html[start..end];
+    let key = format!(" {attr}=\"");
+    let from = tag.find(&key)? + key.len();
+    let len = tag[from..].find('"')?;
+    Some(tag[from..from + len].to_string())
+}
