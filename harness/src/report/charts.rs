@@ -205,7 +205,8 @@ pub fn throughput(view: &RunView) -> anyhow::Result<String> {
     .max()
     .unwrap_or(0)
     .max(1);
-    let y_top = peak as f64 * 1.15;
+    // Headroom above the peak for the legend.
+    let y_top = peak as f64 * 1.4;
     render(340, |root| {
         let mut chart = ChartBuilder::on(root)
             .margin(10)
@@ -246,7 +247,7 @@ pub fn throughput(view: &RunView) -> anyhow::Result<String> {
         }
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
+            .position(SeriesLabelPosition::UpperLeft)
             .border_style(BLACK.mix(0.4))
             .background_style(WHITE.mix(0.9))
             .label_font((FONT, 12))
