@@ -230,14 +230,16 @@ pub fn throughput(view: &RunView) -> anyhow::Result<String> {
             ("duplicate", &view.duplicate_per_s, DUPLICATE),
             ("fenced (rejected)", &view.fenced_per_s, FENCED),
         ];
+        let seconds_with_data = series.iter().map(|s| s.1.len()).max().unwrap_or(0);
         for (name, counts, color) in series {
             if counts.iter().all(|&c| c == 0) {
                 continue;
             }
-            let points = counts
-                .iter()
-                .enumerate()
-                .map(|(second, &c)| (second as f64 + 0.5, c as f64));
+            // Every series spans the whole run: a second without receipts is a zero.
+            let points = (0..seconds_with_data).map(|second| {
+                let c = counts.get(second).copied().unwrap_or(0);
+                (second as f64 + 0.5, c as f64)
+            });
             chart
                 .draw_series(LineSeries::new(points, color.stroke_width(2)))?
                 .label(name)

@@ -207,10 +207,10 @@ impl Progress {
     /// Ends the live line and prints the verdict and where the report is.
     pub fn finish(&self, passed: bool, html: &Path) {
         let verdict = if passed { "PASSED" } else { "FAILED" };
-        let text = format!("{}: {verdict} — report: {}", self.scenario, html.display());
+        let text = format!("{verdict} — report: {}", html.display());
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
-            eprintln!("{text}");
+            eprintln!("{}: {text}", self.scenario);
             return;
         }
         let mut state = self.state.lock().expect("progress lock");
@@ -270,7 +270,7 @@ mod tests {
         assert!(lines[1].starts_with("[task-kill] 1.0/35.0 s"), "{text}");
         assert_eq!(
             lines[2],
-            "[task-kill] task-kill: FAILED — report: reports/x/report.html"
+            "[task-kill] FAILED — report: reports/x/report.html"
         );
     }
 
