@@ -33,8 +33,8 @@ pub enum Command {
         #[arg(long, default_value = DEFAULT_SCENARIO_DIR)]
         dir: PathBuf,
     },
-    /// Benchmarks (takeover, throughput). Not implemented in this build.
-    Bench(PassThrough),
+    /// Benchmarks: `bench takeover` (takeover vs its floor, cost per lease), `bench throughput`.
+    Bench(crate::bench::BenchArgs),
     /// Render report.md, report.html and junit.xml again from DIR/history.jsonl + DIR/report.json
     /// (exit 0 when the report passed, 1 when it failed, 2 when the files cannot be read).
     Report { dir: PathBuf },
@@ -73,10 +73,7 @@ pub async fn main(cli: Cli) -> ExitCode {
         Command::Validate { files } => validate(&files),
         Command::List { dir } => list(&dir),
         Command::Report { dir } => crate::report::command(&dir),
-        Command::Bench(_) => {
-            eprintln!("harness: this subcommand is not implemented in this build");
-            ExitCode::from(2)
-        }
+        Command::Bench(args) => crate::bench::main(args).await,
     }
 }
 

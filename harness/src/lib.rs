@@ -5,6 +5,7 @@
 //! [`report_json`]. The analysis reads only the recorded history, never live state.
 
 pub mod analysis;
+pub mod bench;
 pub mod cli;
 pub mod expect;
 pub mod faults;

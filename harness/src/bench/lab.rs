@@ -1,0 +1,274 @@
+//! A lab: one fleet of real `lease-worker` processes on its own lease table, with its own
+//! in-process upstream, fencing sink and `history.jsonl`. The takeover bench runs two labs at
+//! once (one per acquisition mode) on one DynamoDB Local; the throughput bench runs one.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::Client;
+use lease_table::LeaseItem;
+use tokio::time::Instant;
+
+use super::metrics;
+use crate::fleet::{Fleet, FleetConfig};
+use crate::history::{HistoryWriter, Record, Recorder, RunEnd, RunStart};
+use crate::sink::Sink;
+
+/// How long a started worker may take to answer `/readyz`.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a lab runs.
+#[derive(Debug, Clone)]
+pub struct LabSpec {
+    /// Names the table, the directory and the history (`lease-1000-poll`).
+    pub name: String,
+    pub lease_ms: u64,
+    pub renew_ms: u64,
+    pub skew_margin_ms: u64,
+    /// `ACQUIRE_MODE`; `None` leaves the worker's default.
+    pub mode: Option<String>,
+    pub streams: usize,
+    pub workers: usize,
+    /// Events per second per stream.
+    pub rate: f64,
+    pub seed: u64,
+    /// Extra worker environment.
+    pub env: BTreeMap<String, String>,
+}
+
+/// A running lab. [`Lab::finish`] ends it and returns its history.
+pub struct Lab {
+    pub spec: LabSpec,
+    pub dir: PathBuf,
+    pub table: String,
+    pub stream_ids: Vec<String>,
+    pub client: Client,
+    pub fleet: Fleet,
+    pub sink: Sink,
+    pub upstream: mock_upstream::UpstreamHandle,
+    pub recorder: Recorder,
+    writer: HistoryWriter,
+    /// Unix ms at the history's t0.
+    pub wall_t0_ms: i64,
+    /// Metrics address of every worker that became ready.
+    addrs: Mutex<BTreeMap<String, SocketAddr>>,
+    http: reqwest::Client,
+}
+
+impl Lab {
+    /// Creates and seeds the table, starts upstream, sink and `spec.workers` workers, and waits
+    /// until every worker is ready.
+    pub async fn start(
+        spec: LabSpec,
+        out: &Path,
+        client: Client,
+        endpoint: &str,
+        bin: &Path,
+    ) -> anyhow::Result<Lab> {
+        let dir = out.join(&spec.name);
+        std::fs::create_dir_all(&dir)?;
+        let table = format!("bench-{}", spec.name);
+        let stream_ids: Vec<String> = (1..=spec.streams)
+            .map(|i| lease_protocol::stream_name("s-", i))
+            .collect();
+        lease_table::create_table(&client, &table).await?;
+        let chunk = stream_ids.len().div_ceil(16).max(1);
+        let seeds = stream_ids
+            .chunks(chunk)
+            .map(|c| lease_table::seed_streams(&client, &table, c));
+        for result in futures_util::future::join_all(seeds).await {
+            result?;
+        }
+        let writer = HistoryWriter::create(&dir.join("history.jsonl"))?;
+        let recorder = writer.recorder();
+        let wall_t0_ms = lease_table::now_ms() - recorder.now_ms() as i64;
+        recorder.record(Record::RunStart(RunStart {
+            t_ms: 0,
+            wall_ms: wall_t0_ms,
+            scenario: format!("bench-{}", spec.name),
+            description: "harness bench".into(),
+            seed: spec.seed,
+            lease_ms: spec.lease_ms,
+            renew_ms: spec.renew_ms,
+            skew_margin_ms: spec.skew_margin_ms,
+            workers: spec.workers,
+            streams: spec.streams,
+            rate: spec.rate,
+            duration_ms: 0,
+            fencing: true,
+        }));
+        let mut upstream_config = mock_upstream::UpstreamConfig::new(stream_ids.clone());
+        upstream_config.rate = spec.rate;
+        let (upstream_addr, upstream) = mock_upstream::start(upstream_config).await?;
+        let sink = Sink::start(recorder.clone(), true).await?;
+        let seconds = |ms: u64| format!("{}", ms as f64 / 1000.0);
+        let mut env = BTreeMap::from([
+            ("LEASE_TABLE".to_string(), table.clone()),
+            ("LEASE_SECONDS".to_string(), seconds(spec.lease_ms)),
+            ("RENEW_SECONDS".to_string(), seconds(spec.renew_ms)),
+            (
+                "SKEW_MARGIN_MS".to_string(),
+                spec.skew_margin_ms.to_string(),
+            ),
+            ("UPSTREAM_URL".to_string(), format!("ws://{upstream_addr}")),
+            ("SINK_URL".to_string(), sink.url()),
+            ("AWS_ENDPOINT_URL".to_string(), endpoint.to_string()),
+            ("AWS_ACCESS_KEY_ID".to_string(), "local".to_string()),
+            ("AWS_SECRET_ACCESS_KEY".to_string(), "local".to_string()),
+            ("AWS_REGION".to_string(), "us-east-1".to_string()),
+            ("LOG_FORMAT".to_string(), "json".to_string()),
+        ]);
+        if let Some(mode) = &spec.mode {
+            env.insert("ACQUIRE_MODE".into(), mode.clone());
+        }
+        env.extend(spec.env.clone());
+        let fleet = Fleet::new(
+            FleetConfig {
+                bin: bin.to_path_buf(),
+                dir: dir.join("workers"),
+                env,
+                worker_env: BTreeMap::new(),
+                args: Vec::new(),
+            },
+            recorder.clone(),
+        );
+        std::fs::create_dir_all(dir.join("workers"))?;
+        let lab = Lab {
+            spec,
+            dir,
+            table,
+            stream_ids,
+            client,
+            fleet,
+            sink,
+            upstream,
+            recorder,
+            writer,
+            wall_t0_ms,
+            addrs: Mutex::new(BTreeMap::new()),
+            http: reqwest::Client::new(),
+        };
+        let mut names = Vec::new();
+        for _ in 0..lab.spec.workers {
+            names.push(lab.fleet.spawn()?);
+        }
+        for name in &names {
+            lab.wait_ready(name).await?;
+        }
+        Ok(lab)
+    }
+
+    /// Waits for `/readyz` of `name` and remembers its metrics address.
+    pub async fn wait_ready(&self, name: &str) -> anyhow::Result<()> {
+        let addr = self.fleet.wait_ready(name, READY_TIMEOUT).await?;
+        self.addrs
+            .lock()
+            .expect("addrs lock poisoned")
+            .insert(name.to_string(), addr);
+        Ok(())
+    }
+
+    /// Starts one more worker and waits until it is ready; returns its name.
+    pub async fn spawn_ready(&self) -> anyhow::Result<String> {
+        let name = self.fleet.spawn()?;
+        self.wait_ready(&name).await?;
+        Ok(name)
+    }
+
+    /// The lease table now.
+    pub async fn snapshot(&self) -> anyhow::Result<Vec<LeaseItem>> {
+        Ok(lease_table::scan_all(&self.client, &self.table).await?)
+    }
+
+    /// Waits until every stream is held and has accepted traffic, within `limit`.
+    pub async fn warm_up(&self, limit: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let items = self.snapshot().await?;
+            let now = lease_table::now_ms();
+            let held = items.iter().filter(|i| i.is_held_at(now)).count();
+            let flowing = self.sink.streams_with_traffic().len();
+            if held == self.stream_ids.len() && flowing == self.stream_ids.len() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                anyhow::bail!(
+                    "{}: warm-up incomplete after {limit:?}: {held} of {} streams held, {flowing} with accepted traffic; see {}",
+                    self.spec.name,
+                    self.stream_ids.len(),
+                    self.dir.join("workers").display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Sums a counter family by `label` over every live worker's `/metrics`.
+    pub async fn counters(&self, metric: &str, label: &str) -> BTreeMap<String, f64> {
+        let alive = self.fleet.alive();
+        let addrs: Vec<SocketAddr> = {
+            let addrs = self.addrs.lock().expect("addrs lock poisoned");
+            alive.iter().filter_map(|n| addrs.get(n).copied()).collect()
+        };
+        let scrapes = addrs.iter().map(|a| metrics::scrape(&self.http, *a));
+        let mut total = BTreeMap::new();
+        for text in futures_util::future::join_all(scrapes)
+            .await
+            .into_iter()
+            .flatten()
+        {
+            for (k, v) in metrics::sum_by_label(&text, metric, label) {
+                *total.entry(k).or_default() += v;
+            }
+        }
+        total
+    }
+
+    /// Ends the lab: SIGKILLs the fleet, stops sink and upstream, closes the history and
+    /// returns its records.
+    pub async fn finish(self) -> anyhow::Result<Vec<Record>> {
+        self.fleet.kill_all();
+        for name in self.fleet.alive() {
+            self.fleet.wait_exit(&name, Duration::from_secs(5)).await;
+        }
+        self.sink.stop().await;
+        self.upstream.shutdown().await;
+        let (cpu_ms, rss) = crate::run::self_usage();
+        self.recorder.record(Record::RunEnd(RunEnd {
+            t_ms: self.recorder.now_ms(),
+            errors: Vec::new(),
+            receipts: self.recorder.receipt_count(),
+            harness_cpu_ms: cpu_ms,
+            harness_max_rss_bytes: rss,
+        }));
+        let path = self.dir.join("history.jsonl");
+        self.writer.finish()?;
+        let records: anyhow::Result<Vec<Record>> = crate::history::read(&path)?.collect();
+        records
+    }
+}
+
+/// Exercises a fresh DynamoDB Local (its JVM compiles hot paths on first use) so the first
+/// measured lease does not pay for the warm-up in timed-out renewals.
+pub async fn warm_dynamodb(client: &Client) -> anyhow::Result<()> {
+    let table = "bench-warmup";
+    lease_table::create_table(client, table).await?;
+    let ids: Vec<String> = (1..=1_600)
+        .map(|i| lease_protocol::stream_name("w-", i))
+        .collect();
+    for _ in 0..2 {
+        let seeds = ids
+            .chunks(100)
+            .map(|c| lease_table::seed_streams(client, table, c));
+        for result in futures_util::future::join_all(seeds).await {
+            result?;
+        }
+        for _ in 0..3 {
+            lease_table::scan_all(client, table).await?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,90 @@
+//! The phase split from the workers' JSON logs: when each new owner logged "stream acquired;
+//! consuming" (after its acquire `UpdateItem` returned, before it connected upstream).
+
+use std::collections::HashMap;
+use std::path::Path;
+
+/// The worker's log message for a fresh acquisition.
+pub const ACQUIRED_MESSAGE: &str = "stream acquired; consuming";
+
+/// (owner, stream, fence) → Unix ms of the acquisition log line, from every `*.log` in `dir`
+/// (the worker's name is the file stem).
+pub fn acquisitions(dir: &Path) -> HashMap<(String, String, u64), i64> {
+    let mut out = HashMap::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "log") {
+            continue;
+        }
+        let owner = path
+            .file_stem()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .to_string();
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        for line in text.lines().filter(|l| l.contains(ACQUIRED_MESSAGE)) {
+            if let Some((stream, fence, at)) = parse_acquired(line) {
+                out.insert((owner.clone(), stream, fence), at);
+            }
+        }
+    }
+    out
+}
+
+/// One JSON log line → (stream_id, fence_token, Unix ms).
+pub fn parse_acquired(line: &str) -> Option<(String, u64, i64)> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    let field = |k: &str| v.get(k).or_else(|| v.get("fields").and_then(|f| f.get(k)));
+    if field("message")?.as_str()? != ACQUIRED_MESSAGE {
+        return None;
+    }
+    let stream = field("stream_id")?.as_str()?.to_string();
+    let fence = field("fence_token")?.as_u64()?;
+    let at = rfc3339_ms(v.get("timestamp")?.as_str()?)?;
+    Some((stream, fence, at))
+}
+
+/// `2026-12-02T17:10:29.123456Z` → Unix milliseconds (UTC only, as the worker writes it).
+pub fn rfc3339_ms(ts: &str) -> Option<i64> {
+    let ts = ts.strip_suffix('Z')?;
+    let (date, time) = ts.split_once('T')?;
+    let mut d = date.split('-').map(|p| p.parse::<i64>());
+    let (y, m, day) = (d.next()?.ok()?, d.next()?.ok()?, d.next()?.ok()?);
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let mut t = hms.split(':').map(|p| p.parse::<i64>());
+    let (h, min, s) = (t.next()?.ok()?, t.next()?.ok()?, t.next()?.ok()?);
+    let frac3: String = frac.chars().chain("000".chars()).take(3).collect();
+    let ms: i64 = frac3.parse().ok()?;
+    // Days from civil (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 24 + h) * 60 + min) * 60_000 + s * 1000 + ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_timestamps_and_acquisitions() {
+        assert_eq!(rfc3339_ms("1970-01-01T00:00:01.5Z"), Some(1_500));
+        assert_eq!(
+            rfc3339_ms("2024-02-29T12:00:00.123456Z"),
+            Some(1_709_208_000_123)
+        );
+        assert_eq!(rfc3339_ms("2024-02-29T12:00:00"), None);
+        let line = r#"{"timestamp":"1970-01-01T00:00:02.25Z","level":"INFO","message":"stream acquired; consuming","stream_id":"s-0003","fence_token":4,"from":10}"#;
+        assert_eq!(parse_acquired(line), Some(("s-0003".into(), 4, 2_250)));
+        assert_eq!(parse_acquired(r#"{"message":"other"}"#), None);
+    }
+}

@@ -1,0 +1,215 @@
+//! `harness bench`: takeover latency against its physical floor over a lease sweep, with the
+//! DynamoDB cost of each setting ([`takeover`]), and end-to-end throughput ([`throughput`]).
+//! Both reuse the run machinery — fleet, fencing sink, history, analysis, DynamoDB Local.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+
+mod lab;
+pub mod logs;
+pub mod metrics;
+pub mod output;
+pub mod stats;
+pub mod takeover;
+pub mod throughput;
+
+/// `harness bench` subcommands.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub command: BenchCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Crash and handoff takeover time against the floor, expiry-aware vs poll, per lease; cost.
+    Takeover(TakeoverArgs),
+    /// Highest sustained events/s through a fleet; per core, per stream RSS, harness CPU share.
+    Throughput(ThroughputArgs),
+}
+
+/// Flags shared by both benches.
+#[derive(Debug, Args)]
+pub struct Common {
+    /// Output directory (created if missing).
+    #[arg(long)]
+    pub out: PathBuf,
+    /// A short variant (under 3 minutes) for CI.
+    #[arg(long)]
+    pub quick: bool,
+    /// auto | container | jar | endpoint=URL
+    #[arg(long, default_value = "auto", env = dynamodb_local::ENV_MODE)]
+    pub dynamodb: String,
+    /// The lease-worker executable (default: beside this harness).
+    #[arg(long)]
+    pub worker_bin: Option<PathBuf>,
+    /// Seed of every random choice.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// `harness bench takeover` flags.
+#[derive(Debug, Args)]
+pub struct TakeoverArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Crash takeovers per lease and mode (as many handoffs again). Default 4, quick 2.
+    #[arg(long)]
+    pub runs: Option<usize>,
+    /// Lease lengths in seconds, comma-separated. Default 1,3,10,30, quick 3,5.
+    #[arg(long, value_delimiter = ',')]
+    pub lease: Option<Vec<f64>>,
+    /// renew = lease / ratio.
+    #[arg(long, default_value_t = 3.0)]
+    pub renew_ratio: f64,
+    /// Streams per lab. Default 200, quick 60.
+    #[arg(long)]
+    pub streams: Option<usize>,
+    /// Workers per lab. Default 4, quick 3.
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Events per second per stream.
+    #[arg(long, default_value_t = 20.0)]
+    pub rate: f64,
+    /// SKEW_MARGIN_MS given to the workers (part of the crash floor).
+    #[arg(long, default_value_t = 200)]
+    pub skew_margin_ms: u64,
+}
+
+/// `harness bench throughput` flags.
+#[derive(Debug, Args)]
+pub struct ThroughputArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Workers in the fleet. Default 20, quick 4.
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Stream counts to ramp through, comma-separated. Default 500,1000,2000, quick 100,200.
+    #[arg(long, value_delimiter = ',')]
+    pub streams: Option<Vec<usize>>,
+    /// Per-stream rates to ramp through (events/s), comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub rates: Option<Vec<f64>>,
+    /// Seconds each step is measured. Default 15, quick 6.
+    #[arg(long)]
+    pub step_seconds: Option<u64>,
+}
+
+fn mode(text: &str) -> Result<dynamodb_local::Mode, ExitCode> {
+    text.parse::<dynamodb_local::Mode>().map_err(|e| {
+        eprintln!("harness: --dynamodb {text}: {e}");
+        ExitCode::from(2)
+    })
+}
+
+fn command_line() -> String {
+    std::env::args().collect::<Vec<_>>().join(" ")
+}
+
+/// Runs `harness bench ...`; exit 0 when the files were written, 1 when the bench failed, 2
+/// for invalid arguments.
+pub async fn main(args: BenchArgs) -> ExitCode {
+    match args.command {
+        BenchCommand::Takeover(a) => takeover_main(a).await,
+        BenchCommand::Throughput(a) => throughput_main(a).await,
+    }
+}
+
+async fn takeover_main(a: TakeoverArgs) -> ExitCode {
+    let dynamodb = match mode(&a.common.dynamodb) {
+        Ok(m) => m,
+        Err(code) => return code,
+    };
+    let quick = a.common.quick;
+    let leases = a.lease.unwrap_or_else(|| {
+        if quick {
+            vec![3.0, 5.0]
+        } else {
+            vec![1.0, 3.0, 10.0, 30.0]
+        }
+    });
+    if leases.iter().any(|l| !(l.is_finite() && *l > 0.0)) || a.renew_ratio <= 1.0 {
+        eprintln!("harness: --lease must be positive seconds and --renew-ratio above 1");
+        return ExitCode::from(2);
+    }
+    let options = takeover::TakeoverOptions {
+        out: a.common.out.clone(),
+        runs: a.runs.unwrap_or(if quick { 2 } else { 4 }).max(1),
+        leases_ms: leases.iter().map(|l| (l * 1000.0).round() as u64).collect(),
+        renew_ratio: a.renew_ratio,
+        streams: a.streams.unwrap_or(if quick { 60 } else { 200 }).max(1),
+        workers: a.workers.unwrap_or(if quick { 3 } else { 4 }).max(2),
+        rate: a.rate,
+        seed: a.common.seed,
+        skew_margin_ms: a.skew_margin_ms,
+        dynamodb,
+        worker_bin: a.common.worker_bin.clone(),
+    };
+    match takeover::run(&options).await {
+        Ok(bench) => {
+            if let Err(e) = output::write_takeover(&options.out, &bench, &command_line()) {
+                eprintln!("harness: writing the bench files: {e}");
+                return ExitCode::from(1);
+            }
+            print!("{}", output::takeover_table(&bench));
+            println!();
+            print!("{}", output::cost_table(&bench));
+            for e in &bench.errors {
+                eprintln!("warning: {e}");
+            }
+            println!("  written: {}", options.out.join("bench.html").display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("harness: bench takeover: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn throughput_main(a: ThroughputArgs) -> ExitCode {
+    let dynamodb = match mode(&a.common.dynamodb) {
+        Ok(m) => m,
+        Err(code) => return code,
+    };
+    let quick = a.common.quick;
+    let options = throughput::ThroughputOptions {
+        out: a.common.out.clone(),
+        workers: a.workers.unwrap_or(if quick { 4 } else { 20 }).max(1),
+        streams: a.streams.unwrap_or_else(|| {
+            if quick {
+                vec![100, 200]
+            } else {
+                vec![500, 1000, 2000]
+            }
+        }),
+        rates: a.rates.unwrap_or_else(|| {
+            if quick {
+                vec![20.0, 100.0]
+            } else {
+                vec![10.0, 25.0, 50.0, 100.0]
+            }
+        }),
+        step_ms: a.step_seconds.unwrap_or(if quick { 6 } else { 15 }) * 1000,
+        seed: a.common.seed,
+        dynamodb,
+        worker_bin: a.common.worker_bin.clone(),
+    };
+    match throughput::run(&options).await {
+        Ok(result) => {
+            if let Err(e) = throughput::write(&options.out, &result, &command_line()) {
+                eprintln!("harness: writing the bench files: {e}");
+                return ExitCode::from(1);
+            }
+            print!("{}", throughput::table(&result));
+            println!("  written: {}", options.out.join("bench.json").display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("harness: bench throughput: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

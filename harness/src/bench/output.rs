@@ -1,0 +1,374 @@
+//! The bench's files: `bench.json` (design §8 keys), `bench.md`, a self-contained `bench.html`
+//! (inline SVG drawn with plotters) and `samples.csv`; and the table printed to stdout.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use super::stats::{Dist, Kind};
+use super::takeover::{TakeoverBench, MODES};
+
+const FONT: &str = "sans-serif";
+const WIDTH: u32 = 1000;
+const LEASE_COLORS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+];
+
+/// Writes `value` under `key` into `DIR/bench.json`, keeping the other top-level keys of an
+/// existing file (so `takeover` and `throughput` can share one directory).
+pub fn merge_json(
+    dir: &Path,
+    entries: serde_json::Map<String, serde_json::Value>,
+) -> anyhow::Result<()> {
+    let path = dir.join("bench.json");
+    let mut doc = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v.as_object().cloned())
+        .unwrap_or_default();
+    doc.extend(entries);
+    std::fs::write(&path, serde_json::to_string_pretty(&doc)? + "\n")?;
+    Ok(())
+}
+
+fn ms(v: Option<u64>) -> String {
+    v.map_or("–".into(), |v| v.to_string())
+}
+
+fn dist(d: &Dist) -> String {
+    format!("{} / {} / {}", ms(d.p50), ms(d.p99), ms(d.max))
+}
+
+/// The takeover table (Markdown), also printed.
+pub fn takeover_table(bench: &TakeoverBench) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "| lease ms | renew ms | mode | kind | samples | takeover p50 / p99 / max ms | overhead p50 / p99 / max ms | fault→acquired p50 / p99 ms | acquired→accepted p50 / p99 ms |"
+    );
+    let _ = writeln!(t, "|---:|---:|---|---|---:|---|---|---|---|");
+    for r in &bench.takeover {
+        let _ = writeln!(
+            t,
+            "| {} | {} | {} | {} | {} | {} | {} | {} / {} | {} / {} |",
+            r.lease_ms,
+            r.renew_ms,
+            r.mode,
+            r.kind.name(),
+            r.samples,
+            dist(&r.takeover_ms),
+            dist(&r.overhead_ms),
+            ms(r.to_acquired_ms.p50),
+            ms(r.to_acquired_ms.p99),
+            ms(r.acquired_to_accepted_ms.p50),
+            ms(r.acquired_to_accepted_ms.p99),
+        );
+    }
+    t
+}
+
+/// The cost table (Markdown).
+pub fn cost_table(bench: &TakeoverBench) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "| lease ms | renew ms | measured req/stream/h (expiry-aware) | measured (poll) | formula 3600/renew + checkpoints | by op (expiry-aware) |"
+    );
+    let _ = writeln!(t, "|---:|---:|---:|---:|---:|---|");
+    for c in &bench.cost {
+        let ops: Vec<String> = c
+            .by_op
+            .iter()
+            .filter(|(_, v)| **v > 0.0)
+            .map(|(k, v)| format!("{k} {v:.0}"))
+            .collect();
+        let _ = writeln!(
+            t,
+            "| {} | {} | {:.0} | {:.0} | {:.0} | {} |",
+            c.lease_ms,
+            c.renew_ms,
+            c.requests_per_stream_hour_measured,
+            c.requests_per_stream_hour_measured_poll,
+            c.requests_per_stream_hour_formula,
+            ops.join(", ")
+        );
+    }
+    t
+}
+
+/// Writes bench.json, bench.md, bench.html and samples.csv into `dir`.
+pub fn write_takeover(dir: &Path, bench: &TakeoverBench, command: &str) -> anyhow::Result<()> {
+    let mut entries = serde_json::Map::new();
+    entries.insert(
+        "takeover_config".into(),
+        serde_json::to_value(&bench.config)?,
+    );
+    entries.insert("takeover".into(), serde_json::to_value(&bench.takeover)?);
+    entries.insert("cost".into(), serde_json::to_value(&bench.cost)?);
+    entries.insert(
+        "takeover_errors".into(),
+        serde_json::to_value(&bench.errors)?,
+    );
+    merge_json(dir, entries)?;
+
+    let mut csv =
+        String::from("lease_ms,mode,kind,stream_id,takeover_ms,floor_ms,overhead_ms,acquired_ms\n");
+    for (lease, mode, s) in &bench.samples {
+        let _ = writeln!(
+            csv,
+            "{lease},{mode},{},{},{},{},{},{}",
+            s.kind.name(),
+            s.stream_id,
+            s.takeover_ms,
+            s.floor_ms,
+            s.overhead_ms(),
+            s.acquired_ms.map_or(String::new(), |a| a.to_string())
+        );
+    }
+    std::fs::write(dir.join("samples.csv"), csv)?;
+
+    let c = &bench.config;
+    let mut md = String::new();
+    let _ = writeln!(md, "# harness bench takeover\n");
+    let _ = writeln!(md, "`{command}`\n");
+    let _ = writeln!(
+        md,
+        "{} streams at {} events/s each over {} workers per lab; {} crash takeovers (SIGKILL of a random owner) and {} graceful handoffs (SIGTERM) per lease and mode, the two modes side by side; skew margin {} ms; seed {}.\n",
+        c.streams, c.rate, c.workers, c.runs, c.runs, c.skew_margin_ms, c.seed
+    );
+    let _ = writeln!(md, "overhead = takeover_ms − floor (crash: lease remaining at the kill + skew margin; handoff: 0). fault→acquired: from the signal to the new owner's `stream acquired` log line (detection + acquire round trip); acquired→accepted: upstream connect + replay + first accepted batch.\n");
+    md.push_str(&takeover_table(bench));
+    let _ = writeln!(md, "\n## DynamoDB cost\n");
+    md.push_str(&cost_table(bench));
+    if !bench.errors.is_empty() {
+        let _ = writeln!(md, "\n## Problems\n");
+        for e in &bench.errors {
+            let _ = writeln!(md, "- {e}");
+        }
+    }
+    std::fs::write(dir.join("bench.md"), &md)?;
+
+    let mut html = String::from("<!doctype html><html><head><meta charset=\"utf-8\"><title>harness bench takeover</title><style>body{font-family:sans-serif;max-width:1040px;margin:2em auto}table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}svg{max-width:100%;height:auto}</style></head><body>");
+    let _ = write!(
+        html,
+        "<h1>harness bench takeover</h1><p><code>{}</code></p>",
+        escape(command)
+    );
+    html.push_str(&md_table_to_html(&takeover_table(bench)));
+    html.push_str("<h2>Overhead above the floor, crash takeovers</h2>");
+    html.push_str(&overhead_cdf(bench, Kind::Crash)?);
+    html.push_str("<h2>Graceful handoff (floor 0)</h2>");
+    html.push_str(&overhead_cdf(bench, Kind::Handoff)?);
+    html.push_str("<h2>Cost against takeover time</h2><p>Each point is one lease setting: DynamoDB requests per stream per hour (measured) against the p99 crash takeover.</p>");
+    html.push_str(&tradeoff(bench)?);
+    html.push_str(&md_table_to_html(&cost_table(bench)));
+    html.push_str("</body></html>\n");
+    std::fs::write(dir.join("bench.html"), html)?;
+    Ok(())
+}
+
+/// Minimal Markdown-table → HTML table.
+pub fn md_table_to_html(md: &str) -> String {
+    let mut out = String::from("<table>");
+    for (i, line) in md.lines().enumerate() {
+        if i == 1 || !line.starts_with('|') {
+            continue;
+        }
+        let tag = if i == 0 { "th" } else { "td" };
+        out.push_str("<tr>");
+        for cell in line.trim_matches('|').split('|') {
+            let _ = write!(out, "<{tag}>{}</{tag}>", escape(cell.trim()));
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</table>");
+    out
+}
+
+fn svg(
+    height: u32,
+    draw: impl FnOnce(
+        &DrawingArea<SVGBackend, plotters::coord::Shift>,
+    ) -> Result<(), Box<dyn std::error::Error>>,
+) -> anyhow::Result<String> {
+    let mut s = String::new();
+    {
+        let root = SVGBackend::with_string(&mut s, (WIDTH, height)).into_drawing_area();
+        root.fill(&WHITE)
+            .map_err(|e| anyhow::anyhow!("chart: {e}"))?;
+        draw(&root).map_err(|e| anyhow::anyhow!("chart: {e}"))?;
+        root.present().map_err(|e| anyhow::anyhow!("chart: {e}"))?;
+    }
+    Ok(s)
+}
+
+/// CDF of overhead_ms (log x axis), one line per (lease, mode): colour = lease, dashed = poll.
+fn overhead_cdf(bench: &TakeoverBench, kind: Kind) -> anyhow::Result<String> {
+    let leases = &bench.config.leases_ms;
+    let series: Vec<(usize, &str, Vec<f64>)> = leases
+        .iter()
+        .enumerate()
+        .flat_map(|(li, lease)| {
+            MODES.iter().map(move |mode| {
+                let mut v: Vec<f64> = bench
+                    .samples
+                    .iter()
+                    .filter(|(l, m, s)| l == lease && m == mode && s.kind == kind)
+                    .map(|(_, _, s)| (s.overhead_ms().max(1)) as f64)
+                    .collect();
+                v.sort_by(f64::total_cmp);
+                (li, *mode, v)
+            })
+        })
+        .collect();
+    let x_max = series
+        .iter()
+        .flat_map(|(_, _, v)| v.last())
+        .fold(10.0f64, |a, b| a.max(*b))
+        * 1.5;
+    svg(360, |root| {
+        let mut chart = ChartBuilder::on(root)
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(56)
+            .build_cartesian_2d((1f64..x_max).log_scale(), 0f64..1.02)?;
+        chart
+            .configure_mesh()
+            .x_desc("overhead above the floor, ms (log)")
+            .y_desc("fraction of samples")
+            .label_style((FONT, 12))
+            .x_label_formatter(&|v| format!("{v:.0}"))
+            .y_label_formatter(&|v| format!("{v:.1}"))
+            .draw()?;
+        for (li, mode, v) in &series {
+            if v.is_empty() {
+                continue;
+            }
+            let color = LEASE_COLORS[li % LEASE_COLORS.len()];
+            let n = v.len() as f64;
+            let points: Vec<(f64, f64)> = v
+                .iter()
+                .enumerate()
+                .map(|(i, x)| (*x, (i + 1) as f64 / n))
+                .collect();
+            let label = format!("lease {} ms, {mode}", leases[*li]);
+            let style = color.stroke_width(2);
+            if *mode == "poll" {
+                chart
+                    .draw_series(DashedLineSeries::new(points, 6, 4, style))?
+                    .label(label)
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], style));
+            } else {
+                chart
+                    .draw_series(LineSeries::new(points, style))?
+                    .label(label)
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], style));
+            }
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .border_style(BLACK.mix(0.4))
+            .background_style(WHITE.mix(0.9))
+            .label_font((FONT, 12))
+            .draw()?;
+        Ok(())
+    })
+}
+
+/// Requests per stream hour (x, log) against p99 crash takeover (y, log), one line per mode.
+fn tradeoff(bench: &TakeoverBench) -> anyhow::Result<String> {
+    // Per mode: (requests per stream hour, p99 ms, lease ms) for each lease.
+    type Points = Vec<(f64, f64, u64)>;
+    let mut lines: Vec<(&str, Points)> = Vec::new();
+    for mode in MODES {
+        let mut points = Vec::new();
+        for cost in &bench.cost {
+            let row = bench
+                .takeover
+                .iter()
+                .find(|r| r.lease_ms == cost.lease_ms && r.mode == mode && r.kind == Kind::Crash);
+            let measured = if mode == "poll" {
+                cost.requests_per_stream_hour_measured_poll
+            } else {
+                cost.requests_per_stream_hour_measured
+            };
+            if let Some(p99) = row.and_then(|r| r.takeover_ms.p99) {
+                points.push((measured.max(1.0), p99.max(1) as f64, cost.lease_ms));
+            }
+        }
+        lines.push((mode, points));
+    }
+    let all: Vec<&(f64, f64, u64)> = lines.iter().flat_map(|(_, p)| p).collect();
+    let x_max = all.iter().map(|p| p.0).fold(10.0f64, f64::max) * 2.0;
+    let x_min = all
+        .iter()
+        .map(|p| p.0)
+        .fold(f64::MAX, f64::min)
+        .min(x_max / 4.0)
+        / 2.0;
+    let y_max = all.iter().map(|p| p.1).fold(10.0f64, f64::max) * 2.0;
+    let y_min = all
+        .iter()
+        .map(|p| p.1)
+        .fold(f64::MAX, f64::min)
+        .min(y_max / 4.0)
+        / 2.0;
+    svg(380, |root| {
+        let mut chart = ChartBuilder::on(root)
+            .margin(12)
+            .x_label_area_size(36)
+            .y_label_area_size(64)
+            .build_cartesian_2d(
+                (x_min.max(0.5)..x_max).log_scale(),
+                (y_min.max(0.5)..y_max).log_scale(),
+            )?;
+        chart
+            .configure_mesh()
+            .x_desc("DynamoDB requests per stream per hour (measured, log)")
+            .y_desc("crash takeover p99, ms (log)")
+            .label_style((FONT, 12))
+            .x_label_formatter(&|v| format!("{v:.0}"))
+            .y_label_formatter(&|v| format!("{v:.0}"))
+            .draw()?;
+        for (i, (mode, points)) in lines.iter().enumerate() {
+            let color = LEASE_COLORS[i % LEASE_COLORS.len()];
+            let style = color.stroke_width(2);
+            chart
+                .draw_series(LineSeries::new(points.iter().map(|p| (p.0, p.1)), style))?
+                .label(*mode)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], style));
+            chart.draw_series(points.iter().map(|p| {
+                EmptyElement::at((p.0, p.1))
+                    + Circle::new((0, 0), 4, color.filled())
+                    + Text::new(
+                        format!("lease {} s", p.2 as f64 / 1000.0),
+                        (6, -14),
+                        (FONT, 11),
+                    )
+            }))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .border_style(BLACK.mix(0.4))
+            .background_style(WHITE.mix(0.9))
+            .label_font((FONT, 12))
+            .draw()?;
+        Ok(())
+    })
+}
+
+/// Escapes text for HTML.
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}

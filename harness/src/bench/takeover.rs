@@ -1,0 +1,400 @@
+//! `harness bench takeover`: for each lease of the sweep, two labs side by side at the same
+//! moment — the worker's expiry-aware acquisition and plain polling — each taking repeated
+//! crash takeovers (SIGKILL of a random owner) and graceful handoffs (SIGTERM) under traffic on
+//! many streams, plus a quiet window that measures DynamoDB requests per stream per hour.
+//!
+//! Samples come from each lab's `history.jsonl` through the same [`crate::analysis`] as
+//! `harness run`, so every figure can be recomputed from the files it leaves behind.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use rand::{RngCore, SeedableRng};
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::lab::{Lab, LabSpec};
+use super::metrics::DYNAMODB_REQUESTS;
+use super::stats::{self, Kind, Sample, TakeoverRow};
+use crate::faults::owned_by;
+use crate::fleet::State;
+use crate::history::{Action, Record};
+
+/// The two acquisition modes compared (`ACQUIRE_MODE`).
+pub const MODES: [&str; 2] = ["expiry-aware", "poll"];
+
+/// What `harness bench takeover` was asked to do.
+#[derive(Debug, Clone)]
+pub struct TakeoverOptions {
+    pub out: PathBuf,
+    /// Crash takeovers per (lease, mode); as many handoffs again.
+    pub runs: usize,
+    pub leases_ms: Vec<u64>,
+    /// renew = lease / ratio.
+    pub renew_ratio: f64,
+    pub streams: usize,
+    pub workers: usize,
+    /// Events per second per stream.
+    pub rate: f64,
+    pub seed: u64,
+    pub skew_margin_ms: u64,
+    pub dynamodb: dynamodb_local::Mode,
+    pub worker_bin: Option<PathBuf>,
+}
+
+/// One `cost` entry of `bench.json` (design §8), measured in the expiry-aware lab.
+#[derive(Debug, Clone, Serialize)]
+pub struct CostRow {
+    pub lease_ms: u64,
+    pub renew_ms: u64,
+    pub requests_per_stream_hour_measured: f64,
+    pub requests_per_stream_hour_formula: f64,
+    /// The same measurement in the poll lab.
+    pub requests_per_stream_hour_measured_poll: f64,
+    /// Expiry-aware lab, per `op` label.
+    pub by_op: std::collections::BTreeMap<String, f64>,
+    pub window_ms: u64,
+    pub streams: usize,
+    pub workers: usize,
+}
+
+/// One lab's results.
+struct ModeResult {
+    mode: String,
+    rows: Vec<TakeoverRow>,
+    samples: Vec<Sample>,
+    cost_measured: f64,
+    by_op: std::collections::BTreeMap<String, f64>,
+    window_ms: u64,
+    errors: Vec<String>,
+}
+
+/// Everything the takeover bench measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct TakeoverBench {
+    pub config: TakeoverConfig,
+    pub takeover: Vec<TakeoverRow>,
+    pub cost: Vec<CostRow>,
+    /// Problems met (a fault whose streams were not all taken over in time, ...).
+    pub errors: Vec<String>,
+    #[serde(skip)]
+    pub samples: Vec<(u64, String, Sample)>,
+}
+
+/// The run's settings as recorded in `bench.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct TakeoverConfig {
+    pub runs: usize,
+    pub leases_ms: Vec<u64>,
+    pub renew_ratio: f64,
+    pub streams: usize,
+    pub workers: usize,
+    pub rate: f64,
+    pub seed: u64,
+    pub skew_margin_ms: u64,
+    pub worker_bin: String,
+}
+
+/// The renew interval for a lease.
+pub fn renew_ms(lease_ms: u64, ratio: f64) -> u64 {
+    ((lease_ms as f64 / ratio).round() as u64).max(1)
+}
+
+/// Runs the sweep. Writes each lab's history under `out/lease-L-MODE/`.
+pub async fn run(options: &TakeoverOptions) -> anyhow::Result<TakeoverBench> {
+    let bin = crate::fleet::resolve_worker_bin(options.worker_bin.as_deref())
+        .map_err(|e| anyhow::anyhow!(e))?;
+    std::fs::create_dir_all(&options.out)?;
+    let ddb = dynamodb_local::DynamoLocal::start(&dynamodb_local::Options {
+        mode: options.dynamodb.clone(),
+        ..dynamodb_local::Options::default()
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("DynamoDB Local: {e}"))?;
+    super::lab::warm_dynamodb(&ddb.client()).await?;
+    let mut bench = TakeoverBench {
+        config: TakeoverConfig {
+            runs: options.runs,
+            leases_ms: options.leases_ms.clone(),
+            renew_ratio: options.renew_ratio,
+            streams: options.streams,
+            workers: options.workers,
+            rate: options.rate,
+            seed: options.seed,
+            skew_margin_ms: options.skew_margin_ms,
+            worker_bin: bin.display().to_string(),
+        },
+        takeover: Vec::new(),
+        cost: Vec::new(),
+        errors: Vec::new(),
+        samples: Vec::new(),
+    };
+    for &lease_ms in &options.leases_ms {
+        let renew = renew_ms(lease_ms, options.renew_ratio);
+        eprintln!("bench takeover: lease {lease_ms} ms, renew {renew} ms, modes side by side");
+        let labs = MODES.map(|mode| {
+            let spec = LabSpec {
+                name: format!("lease-{lease_ms}-{mode}"),
+                lease_ms,
+                renew_ms: renew,
+                skew_margin_ms: options.skew_margin_ms,
+                mode: Some(mode.to_string()),
+                streams: options.streams,
+                workers: options.workers,
+                rate: options.rate,
+                seed: options.seed ^ lease_ms,
+                env: Default::default(),
+            };
+            one_mode(
+                spec,
+                options,
+                ddb.client(),
+                ddb.endpoint().to_string(),
+                bin.clone(),
+            )
+        });
+        let [aware, poll] = labs;
+        let (aware, poll) = match tokio::join!(aware, poll) {
+            (Ok(a), Ok(p)) => (a, p),
+            (a, p) => {
+                // One lease setting failing (a lease too short for this machine's DynamoDB
+                // latency, say) is a finding, not the end of the sweep.
+                for e in [a.err(), p.err()].into_iter().flatten() {
+                    eprintln!("bench takeover: lease {lease_ms} ms: {e:#}");
+                    bench.errors.push(format!("lease {lease_ms} ms: {e:#}"));
+                }
+                continue;
+            }
+        };
+        bench.cost.push(CostRow {
+            lease_ms,
+            renew_ms: renew,
+            requests_per_stream_hour_measured: aware.cost_measured,
+            requests_per_stream_hour_formula: stats::cost_formula(
+                renew,
+                stats::per_stream_hour(
+                    aware.by_op.get("checkpoint").copied().unwrap_or(0.0),
+                    options.streams,
+                    aware.window_ms,
+                ),
+            ),
+            requests_per_stream_hour_measured_poll: poll.cost_measured,
+            by_op: aware
+                .by_op
+                .iter()
+                .map(|(op, n)| {
+                    (
+                        op.clone(),
+                        stats::per_stream_hour(*n, options.streams, aware.window_ms),
+                    )
+                })
+                .collect(),
+            window_ms: aware.window_ms,
+            streams: options.streams,
+            workers: options.workers,
+        });
+        for result in [aware, poll] {
+            bench.takeover.extend(result.rows);
+            bench.errors.extend(result.errors);
+            bench.samples.extend(
+                result
+                    .samples
+                    .into_iter()
+                    .map(|s| (lease_ms, result.mode.clone(), s)),
+            );
+        }
+    }
+    drop(ddb);
+    Ok(bench)
+}
+
+/// One lab through warm-up, the cost window and the faults; then the analysis.
+async fn one_mode(
+    spec: LabSpec,
+    options: &TakeoverOptions,
+    client: aws_sdk_dynamodb::Client,
+    endpoint: String,
+    bin: PathBuf,
+) -> anyhow::Result<ModeResult> {
+    let mode = spec.mode.clone().unwrap_or_default();
+    let (lease, renew) = (spec.lease_ms, spec.renew_ms);
+    let lab = Lab::start(spec, &options.out, client, &endpoint, &bin).await?;
+    lab.warm_up(Duration::from_millis(30_000 + 3 * lease))
+        .await?;
+
+    // Cost: a quiet window of at least two renew intervals, all workers alive.
+    let window = Duration::from_millis((2 * renew).max(3_000));
+    let before = lab.counters(DYNAMODB_REQUESTS, "op").await;
+    let started = Instant::now();
+    tokio::time::sleep(window).await;
+    let after = lab.counters(DYNAMODB_REQUESTS, "op").await;
+    let window_ms = started.elapsed().as_millis() as u64;
+    let by_op: std::collections::BTreeMap<String, f64> = after
+        .iter()
+        .map(|(op, n)| (op.clone(), n - before.get(op).copied().unwrap_or(0.0)))
+        .collect();
+    let total: f64 = by_op.values().sum();
+    let cost_measured = stats::per_stream_hour(total, options.streams, window_ms);
+
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(lab.spec.seed);
+    let mut errors = Vec::new();
+    let mut listed = [0usize; 2];
+    let mut faults = [0usize; 2];
+    for index in 0..options.runs * 2 {
+        let kind = if index % 2 == 0 {
+            Kind::Crash
+        } else {
+            Kind::Handoff
+        };
+        match fault_cycle(&lab, index, kind, rng.next_u64()).await {
+            Ok((n, problem)) => {
+                listed[kind as usize] += n;
+                faults[kind as usize] += 1;
+                errors.extend(problem.map(|p| format!("{}: {p}", lab.spec.name)));
+            }
+            Err(e) => {
+                errors.push(format!("{}: fault {index}: {e}", lab.spec.name));
+                break;
+            }
+        }
+    }
+    let workers_dir = lab.dir.join("workers");
+    let name = lab.spec.name.clone();
+    let wall_t0 = lab.wall_t0_ms;
+    let skew = lab.spec.skew_margin_ms;
+    let records = lab.finish().await?;
+    let report = crate::analysis::analyse(records);
+    let mut samples = stats::samples(&report.takeovers, skew);
+    let acquired = super::logs::acquisitions(&workers_dir);
+    for s in &mut samples {
+        let key = (s.to_owner.clone(), s.stream_id.clone(), s.to_fence);
+        if let Some(at) = acquired.get(&key) {
+            let run_ms = at - wall_t0;
+            s.acquired_ms = Some((run_ms - s.fault_t_ms as i64).max(0) as u64);
+        }
+    }
+    let rows = [Kind::Crash, Kind::Handoff]
+        .into_iter()
+        .map(|kind| {
+            let got = samples.iter().filter(|s| s.kind == kind).count();
+            let missing = listed[kind as usize].saturating_sub(got);
+            if missing > 0 {
+                errors.push(format!(
+                    "{name}: {missing} of {} {} streams had no takeover attributed to the fault",
+                    listed[kind as usize],
+                    kind.name()
+                ));
+            }
+            stats::row(
+                lease,
+                renew,
+                &mode,
+                kind,
+                &samples,
+                faults[kind as usize],
+                missing,
+            )
+        })
+        .collect();
+    Ok(ModeResult {
+        mode,
+        rows,
+        samples,
+        cost_measured,
+        by_op,
+        window_ms,
+        errors,
+    })
+}
+
+/// One fault: pick a random owner (seeded draw), signal it, wait until another worker holds
+/// each of its streams under a higher fence, start a replacement, let the fleet settle.
+/// Returns how many streams the victim held and a problem worth reporting, if any.
+async fn fault_cycle(
+    lab: &Lab,
+    index: usize,
+    kind: Kind,
+    draw: u64,
+) -> anyhow::Result<(usize, Option<String>)> {
+    let (lease, renew) = (lab.spec.lease_ms, lab.spec.renew_ms);
+    let items = lab.snapshot().await?;
+    let now = lease_table::now_ms();
+    let owners: Vec<(String, Vec<_>)> = lab
+        .fleet
+        .in_state(State::Running)
+        .into_iter()
+        .map(|n| {
+            let streams = owned_by(&items, &n, now);
+            (n, streams)
+        })
+        .filter(|(_, s)| !s.is_empty())
+        .collect();
+    if owners.is_empty() {
+        anyhow::bail!("no running worker owns a stream");
+    }
+    let (victim, streams) = owners[(draw % owners.len() as u64) as usize].clone();
+    let signal = match kind {
+        Kind::Crash => libc::SIGKILL,
+        Kind::Handoff => libc::SIGTERM,
+    };
+    let t_ms = lab.recorder.now_ms();
+    if !lab.fleet.signal(&victim, signal) {
+        anyhow::bail!("{victim} exited before it could be signalled");
+    }
+    lab.recorder.record(Record::Action(Action {
+        t_ms,
+        action: kind.action().to_string(),
+        target: victim.clone(),
+        fault: Some(index),
+        streams: streams.clone(),
+    }));
+    let raises_before = lab.sink.fence_raises();
+    let limit = Duration::from_millis(match kind {
+        Kind::Crash => lease + 4 * renew + 10_000,
+        Kind::Handoff => 4 * renew + 20_000,
+    });
+    let deadline = Instant::now() + limit;
+    let mut problem = None;
+    loop {
+        let items = lab.snapshot().await?;
+        let now = lease_table::now_ms();
+        let pending = streams
+            .iter()
+            .filter(|s| {
+                !items.iter().any(|i| {
+                    i.stream_id == s.stream_id
+                        && i.is_held_at(now)
+                        && i.owner_id.as_deref() != Some(victim.as_str())
+                        && i.fence_token.unwrap_or(0) > s.fence_token
+                })
+            })
+            .count();
+        if pending == 0 {
+            break;
+        }
+        if Instant::now() >= deadline {
+            problem = Some(format!(
+                "fault {index} ({} {victim}): {pending} of {} streams not re-acquired within {limit:?}",
+                kind.name(),
+                streams.len()
+            ));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The first accepted batch follows the acquisition: give it a moment to land.
+    let accept_deadline = Instant::now() + Duration::from_secs(3);
+    while lab.sink.fence_raises() < raises_before + streams.len() as u64
+        && Instant::now() < accept_deadline
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    if !lab.fleet.wait_exit(&victim, Duration::from_secs(30)).await {
+        lab.fleet.signal(&victim, libc::SIGKILL);
+        lab.fleet.wait_exit(&victim, Duration::from_secs(5)).await;
+    }
+    lab.spawn_ready().await?;
+    // Let the newcomer bid and the others shed before the next fault.
+    tokio::time::sleep(Duration::from_millis((3 * renew).clamp(1_500, 12_000))).await;
+    Ok((streams.len(), problem))
+}

@@ -1,0 +1,309 @@
+//! `harness bench throughput`: ramps streams × per-stream rate through one fleet until the sink
+//! accepts less than the upstream produces, and reports the highest sustained step: events/s
+//! end to end, events/s per worker core (worker CPU from `/proc/PID/stat`), streams per worker,
+//! worker RSS per owned stream and the harness's own CPU share.
+//!
+//! Each step is a fresh lab (the upstream's rate is fixed at start); a step counts as sustained
+//! when the events accepted during its window are at least [`SUSTAINED`] of those produced.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::lab::{Lab, LabSpec};
+use super::metrics;
+
+/// Accepted / produced in a step's window for the step to count as sustained.
+pub const SUSTAINED: f64 = 0.97;
+/// Batch delay given to the workers: fewer, larger sink posts at high rates.
+pub const BATCH_MAX_DELAY_MS: u64 = 100;
+
+/// What `harness bench throughput` was asked to do.
+#[derive(Debug, Clone)]
+pub struct ThroughputOptions {
+    pub out: PathBuf,
+    pub workers: usize,
+    pub streams: Vec<usize>,
+    pub rates: Vec<f64>,
+    pub step_ms: u64,
+    pub seed: u64,
+    pub dynamodb: dynamodb_local::Mode,
+    pub worker_bin: Option<PathBuf>,
+}
+
+/// One measured step.
+#[derive(Debug, Clone, Serialize)]
+pub struct Step {
+    pub streams: usize,
+    pub rate_per_stream: f64,
+    pub workers: usize,
+    pub window_ms: u64,
+    pub produced_per_s: f64,
+    pub accepted_per_s: f64,
+    pub sustained: bool,
+    /// Worker CPU seconds per second, summed over the fleet.
+    pub worker_cores: f64,
+    pub events_per_s_per_worker_core: f64,
+    pub worker_rss_bytes: u64,
+    pub worker_rss_bytes_per_stream: f64,
+    /// Harness CPU over the machine's capacity (cores × window).
+    pub harness_cpu_share: f64,
+    /// Harness CPU over all CPU the machine spent in the window.
+    pub harness_cpu_share_of_busy: f64,
+    pub machine_cpu_busy_share: f64,
+    pub error: Option<String>,
+}
+
+/// `bench.json`'s `throughput` (design §8): the highest sustained step, and every step.
+#[derive(Debug, Clone, Serialize)]
+pub struct Throughput {
+    pub events_per_s: f64,
+    pub events_per_s_per_worker_core: f64,
+    pub streams: usize,
+    pub workers: usize,
+    pub streams_per_worker: f64,
+    pub worker_rss_bytes_per_stream: f64,
+    pub harness_cpu_share: f64,
+    pub rate_per_stream: f64,
+    pub cores: usize,
+    pub batch_max_delay_ms: u64,
+    pub worker_bin: String,
+    pub steps: Vec<Step>,
+}
+
+/// Runs the ramp.
+pub async fn run(options: &ThroughputOptions) -> anyhow::Result<Throughput> {
+    let bin = crate::fleet::resolve_worker_bin(options.worker_bin.as_deref())
+        .map_err(|e| anyhow::anyhow!(e))?;
+    std::fs::create_dir_all(&options.out)?;
+    let ddb = dynamodb_local::DynamoLocal::start(&dynamodb_local::Options {
+        mode: options.dynamodb.clone(),
+        ..dynamodb_local::Options::default()
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("DynamoDB Local: {e}"))?;
+    super::lab::warm_dynamodb(&ddb.client()).await?;
+    let cores = metrics::machine_busy_ms().map_or(1, |(_, c)| c);
+    let mut steps = Vec::new();
+    'streams: for &streams in &options.streams {
+        for &rate in &options.rates {
+            eprintln!(
+                "bench throughput: {streams} streams × {rate} events/s over {} workers",
+                options.workers
+            );
+            let step = measure(options, &ddb, &bin, streams, rate).await;
+            let step = match step {
+                Ok(s) => s,
+                Err(e) => failed_step(options, streams, rate, format!("{e:#}")),
+            };
+            eprintln!(
+                "  produced {:.0}/s accepted {:.0}/s, workers {:.2} cores, harness {:.0} % of the machine",
+                step.produced_per_s,
+                step.accepted_per_s,
+                step.worker_cores,
+                step.harness_cpu_share * 100.0
+            );
+            let sustained = step.sustained;
+            steps.push(step);
+            if !sustained {
+                // A higher rate on as many streams will not do better; more streams neither.
+                if rate == options.rates[0] {
+                    break 'streams;
+                }
+                break;
+            }
+        }
+    }
+    drop(ddb);
+    let best = steps
+        .iter()
+        .filter(|s| s.sustained)
+        .max_by(|a, b| a.accepted_per_s.total_cmp(&b.accepted_per_s))
+        .cloned();
+    let most_streams = steps
+        .iter()
+        .filter(|s| s.sustained)
+        .map(|s| s.streams)
+        .max()
+        .unwrap_or(0);
+    let b = best.unwrap_or_else(|| failed_step(options, 0, 0.0, "no step was sustained".into()));
+    Ok(Throughput {
+        events_per_s: b.accepted_per_s,
+        events_per_s_per_worker_core: b.events_per_s_per_worker_core,
+        streams: most_streams,
+        workers: options.workers,
+        streams_per_worker: most_streams as f64 / options.workers as f64,
+        worker_rss_bytes_per_stream: b.worker_rss_bytes_per_stream,
+        harness_cpu_share: b.harness_cpu_share,
+        rate_per_stream: b.rate_per_stream,
+        cores,
+        batch_max_delay_ms: BATCH_MAX_DELAY_MS,
+        worker_bin: bin.display().to_string(),
+        steps,
+    })
+}
+
+fn failed_step(options: &ThroughputOptions, streams: usize, rate: f64, error: String) -> Step {
+    Step {
+        streams,
+        rate_per_stream: rate,
+        workers: options.workers,
+        window_ms: 0,
+        produced_per_s: 0.0,
+        accepted_per_s: 0.0,
+        sustained: false,
+        worker_cores: 0.0,
+        events_per_s_per_worker_core: 0.0,
+        worker_rss_bytes: 0,
+        worker_rss_bytes_per_stream: 0.0,
+        harness_cpu_share: 0.0,
+        harness_cpu_share_of_busy: 0.0,
+        machine_cpu_busy_share: 0.0,
+        error: Some(error),
+    }
+}
+
+/// CPU ms and RSS bytes summed over the fleet's live workers.
+fn fleet_usage(lab: &Lab) -> (u64, u64) {
+    lab.fleet
+        .alive()
+        .iter()
+        .filter_map(|n| lab.fleet.pid(n))
+        .filter_map(metrics::proc_usage)
+        .fold((0, 0), |(c, r), (c2, r2)| (c + c2, r + r2))
+}
+
+async fn measure(
+    options: &ThroughputOptions,
+    ddb: &dynamodb_local::DynamoLocal,
+    bin: &Path,
+    streams: usize,
+    rate: f64,
+) -> anyhow::Result<Step> {
+    let spec = LabSpec {
+        name: format!("throughput-{streams}x{rate}"),
+        lease_ms: 30_000,
+        renew_ms: 10_000,
+        skew_margin_ms: 200,
+        mode: None,
+        streams,
+        workers: options.workers,
+        rate,
+        seed: options.seed,
+        env: BTreeMap::from([
+            (
+                "BATCH_MAX_DELAY_MS".to_string(),
+                BATCH_MAX_DELAY_MS.to_string(),
+            ),
+            ("BATCH_MAX_EVENTS".to_string(), "1000".to_string()),
+            ("RUST_LOG".to_string(), "warn".to_string()),
+        ]),
+    };
+    let lab = Lab::start(spec, &options.out, ddb.client(), ddb.endpoint(), bin).await?;
+    let result = async {
+        lab.warm_up(Duration::from_secs(60)).await?;
+        // Let replay backlogs from the warm-up drain before measuring.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let produced0 = lab.upstream.events_produced();
+        let accepted0 = lab.sink.accepted();
+        let (worker_cpu0, _) = fleet_usage(&lab);
+        let (harness_cpu0, _) = crate::run::self_usage();
+        let machine0 = metrics::machine_busy_ms();
+        let started = Instant::now();
+        tokio::time::sleep(Duration::from_millis(options.step_ms)).await;
+        let window_ms = started.elapsed().as_millis().max(1) as u64;
+        let produced = lab.upstream.events_produced() - produced0;
+        let accepted = lab.sink.accepted() - accepted0;
+        let (worker_cpu1, rss) = fleet_usage(&lab);
+        let (harness_cpu1, _) = crate::run::self_usage();
+        let machine1 = metrics::machine_busy_ms();
+        let seconds = window_ms as f64 / 1000.0;
+        let worker_cores = (worker_cpu1.saturating_sub(worker_cpu0)) as f64 / window_ms as f64;
+        let harness_ms = harness_cpu1.saturating_sub(harness_cpu0) as f64;
+        let (busy_ms, cores) = match (machine0, machine1) {
+            (Some((b0, c)), Some((b1, _))) => (b1.saturating_sub(b0) as f64, c),
+            _ => (0.0, 1),
+        };
+        let accepted_per_s = accepted as f64 / seconds;
+        anyhow::Ok(Step {
+            streams,
+            rate_per_stream: rate,
+            workers: options.workers,
+            window_ms,
+            produced_per_s: produced as f64 / seconds,
+            accepted_per_s,
+            sustained: produced > 0 && accepted as f64 >= SUSTAINED * produced as f64,
+            worker_cores,
+            events_per_s_per_worker_core: if worker_cores > 0.0 {
+                accepted_per_s / worker_cores
+            } else {
+                0.0
+            },
+            worker_rss_bytes: rss,
+            worker_rss_bytes_per_stream: rss as f64 / streams.max(1) as f64,
+            harness_cpu_share: harness_ms / (window_ms as f64 * cores as f64),
+            harness_cpu_share_of_busy: if busy_ms > 0.0 {
+                harness_ms / busy_ms
+            } else {
+                0.0
+            },
+            machine_cpu_busy_share: busy_ms / (window_ms as f64 * cores as f64),
+            error: None,
+        })
+    }
+    .await;
+    let _ = lab.finish().await;
+    result
+}
+
+/// The steps as a Markdown table.
+pub fn table(t: &Throughput) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "| streams | rate/stream | produced/s | accepted/s | sustained | worker cores | events/s per worker core | worker RSS per stream | harness CPU (of machine) |"
+    );
+    let _ = writeln!(s, "|---:|---:|---:|---:|---|---:|---:|---:|---:|");
+    for st in &t.steps {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.0} | {:.0} | {} | {:.2} | {:.0} | {:.0} KiB | {:.0} % |",
+            st.streams,
+            st.rate_per_stream,
+            st.produced_per_s,
+            st.accepted_per_s,
+            if st.sustained { "yes" } else { "no" },
+            st.worker_cores,
+            st.events_per_s_per_worker_core,
+            st.worker_rss_bytes_per_stream / 1024.0,
+            st.harness_cpu_share * 100.0
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nhighest sustained: {:.0} events/s end to end, {:.0} events/s per worker core, {} streams over {} workers ({:.0} per worker), {:.0} KiB worker RSS per stream, harness {:.0} % of the machine's CPU ({} cores)",
+        t.events_per_s,
+        t.events_per_s_per_worker_core,
+        t.streams,
+        t.workers,
+        t.streams_per_worker,
+        t.worker_rss_bytes_per_stream / 1024.0,
+        t.harness_cpu_share * 100.0,
+        t.cores
+    );
+    s
+}
+
+/// Merges `throughput` into bench.json and writes throughput.md.
+pub fn write(dir: &Path, t: &Throughput, command: &str) -> anyhow::Result<()> {
+    let mut entries = serde_json::Map::new();
+    entries.insert("throughput".into(), serde_json::to_value(t)?);
+    super::output::merge_json(dir, entries)?;
+    let md = format!("# harness bench throughput\n\n`{command}`\n\n{}", table(t));
+    std::fs::write(dir.join("throughput.md"), md)?;
+    Ok(())
+}

@@ -1,0 +1,150 @@
+//! The `--quick` benchmarks through the `harness` command line, against real DynamoDB Local and
+//! real `lease-worker` processes: the files are written and the numbers are sane. Nothing here
+//! asserts a timing target (the machine decides those); it asserts that what was measured is
+//! self-consistent.
+//!
+//! Each takes one to three minutes, so they are ignored by default; CI runs them with
+//! `cargo build -p lease-worker && cargo test -p harness --test bench_quick -- --ignored --test-threads 1`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// `target/debug/lease-worker`, or a failure that says how to build it.
+fn worker_bin() -> PathBuf {
+    let harness = PathBuf::from(env!("CARGO_BIN_EXE_harness"));
+    let bin = harness.with_file_name("lease-worker");
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it with `cargo build -p lease-worker`",
+        bin.display()
+    );
+    bin
+}
+
+fn bench(args: &[&str], out: &Path) -> Value {
+    let status = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .arg("bench")
+        .args(args)
+        .arg("--quick")
+        .arg("--out")
+        .arg(out)
+        .arg("--worker-bin")
+        .arg(worker_bin())
+        .status()
+        .expect("running harness");
+    assert!(
+        status.success(),
+        "harness bench {args:?} exited with {status}"
+    );
+    let text = std::fs::read_to_string(out.join("bench.json")).expect("bench.json written");
+    serde_json::from_str(&text).expect("bench.json is JSON")
+}
+
+fn num(v: &Value, key: &str) -> f64 {
+    v[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} missing or not a number in {v}"))
+}
+
+#[test]
+#[ignore = "takes about two minutes; CI runs it with --ignored"]
+fn quick_takeover_bench_writes_sane_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = bench(&["takeover"], dir.path());
+    for file in ["bench.md", "bench.html", "samples.csv"] {
+        assert!(dir.path().join(file).is_file(), "{file} missing");
+    }
+    let html = std::fs::read_to_string(dir.path().join("bench.html")).unwrap();
+    assert!(html.contains("<svg"), "bench.html has inline charts");
+    assert!(
+        !html.contains("<script src") && !html.contains("<link "),
+        "self-contained"
+    );
+
+    let rows = json["takeover"].as_array().expect("takeover list");
+    let mut keys = std::collections::BTreeSet::new();
+    for row in rows {
+        let (mode, kind) = (row["mode"].as_str().unwrap(), row["kind"].as_str().unwrap());
+        assert!(["expiry-aware", "poll"].contains(&mode), "{row}");
+        assert!(["crash", "handoff"].contains(&kind), "{row}");
+        keys.insert((row["lease_ms"].as_u64().unwrap(), mode, kind));
+        if row["samples"].as_u64().unwrap() == 0 {
+            continue;
+        }
+        let (t, o) = (&row["takeover_ms"], &row["overhead_ms"]);
+        assert!(
+            num(t, "p50") <= num(t, "p99") && num(t, "p99") <= num(t, "max"),
+            "{row}"
+        );
+        assert!(
+            num(o, "p50") <= num(o, "p99") && num(o, "p99") <= num(o, "max"),
+            "{row}"
+        );
+        // overhead = takeover − floor and floors are never negative.
+        assert!(num(o, "max") <= num(t, "max"), "{row}");
+        if kind == "handoff" {
+            assert_eq!(
+                num(o, "max"),
+                num(t, "max"),
+                "a handoff's floor is 0: {row}"
+            );
+        }
+    }
+    let with_samples = rows
+        .iter()
+        .filter(|r| r["samples"].as_u64().unwrap() > 0)
+        .count();
+    assert!(
+        with_samples >= 4,
+        "too few (lease, mode, kind) rows with samples: {rows:?}"
+    );
+    for cost in json["cost"].as_array().expect("cost list") {
+        let renew = cost["renew_ms"].as_f64().unwrap();
+        assert!(
+            num(cost, "requests_per_stream_hour_measured") > 0.0,
+            "{cost}"
+        );
+        assert!(
+            num(cost, "requests_per_stream_hour_formula") >= 3_600_000.0 / renew - 1e-6,
+            "{cost}"
+        );
+        assert!(keys.contains(&(cost["lease_ms"].as_u64().unwrap(), "poll", "crash")));
+    }
+}
+
+#[test]
+#[ignore = "takes about two minutes; CI runs it with --ignored"]
+fn quick_throughput_bench_writes_sane_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = bench(&["throughput"], dir.path());
+    let t = &json["throughput"];
+    for key in [
+        "events_per_s",
+        "events_per_s_per_worker_core",
+        "streams",
+        "workers",
+        "worker_rss_bytes_per_stream",
+        "harness_cpu_share",
+    ] {
+        assert!(
+            t.get(key).is_some_and(Value::is_number),
+            "{key} missing in {t}"
+        );
+    }
+    assert!(num(t, "events_per_s") > 0.0, "{t}");
+    assert!(num(t, "events_per_s_per_worker_core") > 0.0, "{t}");
+    assert!(num(t, "streams") >= 1.0 && num(t, "workers") >= 1.0, "{t}");
+    assert!(num(t, "worker_rss_bytes_per_stream") > 0.0, "{t}");
+    let share = num(t, "harness_cpu_share");
+    assert!(share > 0.0 && share <= 1.0, "{t}");
+    for step in t["steps"].as_array().unwrap() {
+        if step["sustained"].as_bool().unwrap() {
+            assert!(
+                num(step, "accepted_per_s") >= 0.9 * num(step, "produced_per_s"),
+                "{step}"
+            );
+        }
+    }
+}
