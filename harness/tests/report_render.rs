@@ -224,7 +224,8 @@ fn thousands_of_streams_sample_the_timeline_taken_over_streams_first() {
 fn dump_fixture() {
     let dir = std::path::PathBuf::from(std::env::var("DUMP_DIR").unwrap());
     let n: usize = std::env::var("DUMP_STREAMS").map_or(30, |v| v.parse().unwrap());
-    let records = report_common::history(n, if n > 100 { 1000 } else { 100 });
+    let period = std::env::var("DUMP_PERIOD_MS").map_or(100, |v| v.parse().unwrap());
+    let records = report_common::history(n, period);
     report_common::write_run(&dir, &records, true);
     report::render_all(&dir).unwrap();
 }

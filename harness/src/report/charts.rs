@@ -98,17 +98,60 @@ fn render(
     Ok(svg)
 }
 
-/// Shades the fault periods and draws a labelled vertical line at every injected action.
-/// Labels that would overlap are stacked on a second line.
+/// Markers closer than this many pixels share one label.
+const LABEL_GROUP_PX: i32 = 90;
+
+/// The label of markers drawn at nearly the same place: `kill worker-2` for one,
+/// `start ×3, terminate ×3` for several.
+fn group_label(group: &[&super::view::Marker]) -> String {
+    if let [one] = group {
+        return format!("{} {}", one.action, one.target);
+    }
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for m in group {
+        match counts.iter_mut().find(|(a, _)| *a == m.action) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((&m.action, 1)),
+        }
+    }
+    counts
+        .iter()
+        .map(|(action, n)| {
+            if *n == 1 {
+                action.to_string()
+            } else {
+                format!("{action} ×{n}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Shades the fault periods (overlapping ones merged) and draws a vertical line at every
+/// injected action, labelled; actions at nearly the same instant share a label, and labels that
+/// would still overlap are stacked on a second line.
 fn draw_faults(chart: &mut Chart, view: &RunView, y_top: f64) -> DrawResult {
     let area = chart.plotting_area().clone();
-    for p in &view.periods {
+    let mut periods: Vec<(u64, u64)> = view
+        .periods
+        .iter()
+        .map(|p| (p.start_ms, p.end_ms))
+        .collect();
+    periods.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (start, end) in periods {
+        match merged.last_mut() {
+            Some(last) if start <= last.1 => last.1 = last.1.max(end),
+            _ => merged.push((start, end)),
+        }
+    }
+    for (start, end) in merged {
         area.draw(&Rectangle::new(
-            [(seconds(p.start_ms), 0.0), (seconds(p.end_ms), y_top)],
+            [(seconds(start), 0.0), (seconds(end), y_top)],
             PERIOD_FILL.mix(0.18).filled(),
         ))?;
     }
-    let mut last_label_px = [i32::MIN; 2];
+    let mut groups: Vec<(i32, Vec<&super::view::Marker>)> = Vec::new();
     for m in &view.markers {
         let x = seconds(m.t_ms);
         area.draw(&PathElement::new(
@@ -116,14 +159,21 @@ fn draw_faults(chart: &mut Chart, view: &RunView, y_top: f64) -> DrawResult {
             FAULT_RED.stroke_width(1),
         ))?;
         let (px, _) = chart.backend_coord(&(x, y_top));
-        let label = format!("{} {}", m.action, m.target);
-        let width = (label.len() * 6) as i32;
+        match groups.last_mut() {
+            Some((first_px, group)) if px - *first_px < LABEL_GROUP_PX => group.push(m),
+            _ => groups.push((px, vec![m])),
+        }
+    }
+    let mut last_label_px = [i32::MIN; 2];
+    for (px, group) in groups {
+        let label = group_label(&group);
+        let width = (label.chars().count() * 6) as i32;
         let Some(level) = (0..2).find(|&l| px > last_label_px[l]) else {
             continue; // a third label in the same place would be unreadable
         };
         last_label_px[level] = px + width;
         let label_style = text_style(11, Pos::new(HPos::Left, VPos::Bottom)).color(&FAULT_RED);
-        let element = EmptyElement::at((x, y_top))
+        let element = EmptyElement::at((seconds(group[0].t_ms), y_top))
             + Text::new(label, (2, -3 - 12 * level as i32), label_style);
         area.draw(&element)?;
     }
