@@ -66,6 +66,8 @@ pub struct Throughput {
     pub streams: usize,
     pub workers: usize,
     pub streams_per_worker: f64,
+    /// The most streams of any sustained step (at whatever rate).
+    pub max_streams_sustained: usize,
     pub worker_rss_bytes_per_stream: f64,
     pub harness_cpu_share: f64,
     pub rate_per_stream: f64,
@@ -124,7 +126,7 @@ pub async fn run(options: &ThroughputOptions) -> anyhow::Result<Throughput> {
         .filter(|s| s.sustained)
         .max_by(|a, b| a.accepted_per_s.total_cmp(&b.accepted_per_s))
         .cloned();
-    let most_streams = steps
+    let max_streams_sustained = steps
         .iter()
         .filter(|s| s.sustained)
         .map(|s| s.streams)
@@ -134,9 +136,10 @@ pub async fn run(options: &ThroughputOptions) -> anyhow::Result<Throughput> {
     Ok(Throughput {
         events_per_s: b.accepted_per_s,
         events_per_s_per_worker_core: b.events_per_s_per_worker_core,
-        streams: most_streams,
+        streams: b.streams,
         workers: options.workers,
-        streams_per_worker: most_streams as f64 / options.workers as f64,
+        streams_per_worker: b.streams as f64 / options.workers as f64,
+        max_streams_sustained,
         worker_rss_bytes_per_stream: b.worker_rss_bytes_per_stream,
         harness_cpu_share: b.harness_cpu_share,
         rate_per_stream: b.rate_per_stream,
@@ -285,12 +288,14 @@ pub fn table(t: &Throughput) -> String {
     }
     let _ = writeln!(
         s,
-        "\nhighest sustained: {:.0} events/s end to end, {:.0} events/s per worker core, {} streams over {} workers ({:.0} per worker), {:.0} KiB worker RSS per stream, harness {:.0} % of the machine's CPU ({} cores)",
+        "\nhighest sustained: {:.0} events/s end to end ({} streams × {} events/s), {:.0} events/s per worker core, {} workers ({:.0} streams per worker; most streams sustained: {}), {:.0} KiB worker RSS per stream, harness {:.0} % of the machine's CPU ({} cores)",
         t.events_per_s,
-        t.events_per_s_per_worker_core,
         t.streams,
+        t.rate_per_stream,
+        t.events_per_s_per_worker_core,
         t.workers,
         t.streams_per_worker,
+        t.max_streams_sustained,
         t.worker_rss_bytes_per_stream / 1024.0,
         t.harness_cpu_share * 100.0,
         t.cores
