@@ -9,7 +9,7 @@ async fn main() -> std::process::ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| "harness=info,warn".into()),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(harness::report::LogWriter)
         .init();
     harness::cli::main(harness::cli::Cli::parse()).await
 }

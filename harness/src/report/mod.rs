@@ -23,7 +23,7 @@ use crate::history::{self, Record};
 use crate::report_json::Report;
 
 pub use markdown::verdict_line;
-pub use progress::{phase_label, Counters, Progress, PLAIN_INTERVAL};
+pub use progress::{phase_label, Counters, LogWriter, Progress, PLAIN_INTERVAL};
 pub use view::{RunView, MAX_TIMELINE_ROWS};
 
 /// The history file in a run directory.

@@ -28,6 +28,51 @@ pub fn phase_label(recorded: &str) -> String {
     }
 }
 
+/// The live line currently on the terminal, if any: [`LogWriter`] lifts it while a log line is
+/// written so the two do not garble each other.
+static LIVE_BAR: Mutex<Option<ProgressBar>> = Mutex::new(None);
+
+/// A `tracing` writer for stderr that plays well with the live progress line: each log line is
+/// buffered and written with the line lifted (`ProgressBar::suspend`). Use it as
+/// `tracing_subscriber::fmt().with_writer(LogWriter)`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LogWriter;
+
+/// One buffered log line of [`LogWriter`], written when dropped.
+pub struct LogLine(Vec<u8>);
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
+    type Writer = LogLine;
+
+    fn make_writer(&'a self) -> LogLine {
+        LogLine(Vec::new())
+    }
+}
+
+impl Write for LogLine {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for LogLine {
+    fn drop(&mut self) {
+        let write = || {
+            let _ = std::io::stderr().write_all(&self.0);
+        };
+        let bar = LIVE_BAR.lock().ok().and_then(|b| b.clone());
+        match bar {
+            Some(bar) => bar.suspend(write),
+            None => write(),
+        }
+    }
+}
+
 /// What the run has done so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Counters {
@@ -60,6 +105,22 @@ pub struct Progress {
     total_ms: u64,
     bar: Option<ProgressBar>,
     state: Arc<Mutex<State>>,
+    /// Stops the live line when the last clone goes, even when the run ended in an error.
+    _live: Option<Arc<Live>>,
+}
+
+/// Owns the live line's registration in [`LIVE_BAR`].
+struct Live(ProgressBar);
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        if let Ok(mut live) = LIVE_BAR.lock() {
+            *live = None;
+        }
+        if !self.0.is_finished() {
+            self.0.abandon(); // leave the last state on screen: it shows where the run stopped
+        }
+    }
 }
 
 fn thousands(n: u64) -> String {
@@ -84,13 +145,16 @@ impl Progress {
                 ProgressDrawTarget::stderr_with_hz(10),
             );
             let style = ProgressStyle::with_template(
-                "{spinner:.green} {prefix:.bold} {bar:30.cyan/blue} {msg}",
+                "{spinner:.green} {prefix:.bold} {bar:20.cyan/blue} {msg}",
             )
             .expect("the template is valid")
             .progress_chars("=> ");
             bar.set_style(style);
             bar.set_prefix(scenario.to_string());
             bar.enable_steady_tick(Duration::from_millis(100));
+            if let Ok(mut live) = LIVE_BAR.lock() {
+                *live = Some(bar.clone());
+            }
             Progress::with(scenario, total_ms, Some(bar), None)
         } else {
             Progress::plain(
@@ -132,6 +196,7 @@ impl Progress {
         Progress {
             scenario: scenario.into(),
             total_ms,
+            _live: bar.clone().map(|b| Arc::new(Live(b))),
             bar,
             state: Arc::new(Mutex::new(State {
                 phase: "starting".to_string(),
@@ -209,6 +274,9 @@ impl Progress {
         let verdict = if passed { "PASSED" } else { "FAILED" };
         let text = format!("{verdict} — report: {}", html.display());
         if let Some(bar) = &self.bar {
+            if let Ok(mut live) = LIVE_BAR.lock() {
+                *live = None;
+            }
             bar.finish_and_clear();
             eprintln!("{}: {text}", self.scenario);
             return;
