@@ -229,3 +229,50 @@ fn dump_fixture() {
     report_common::write_run(&dir, &records, true);
     report::render_all(&dir).unwrap();
 }
+
+#[test]
+fn a_run_that_did_not_complete_still_renders_with_its_reason() {
+    use harness::history::{Record, RunEnd, RunStart};
+    let dir = tempfile::tempdir().unwrap();
+    let reason = "warm-up did not complete within 15 s: 3 of 20 streams had no owner";
+    let records = vec![
+        Record::RunStart(RunStart {
+            scenario: "early-failure".into(),
+            lease_ms: 3000,
+            streams: 20,
+            workers: 3,
+            ..RunStart::default()
+        }),
+        Record::RunEnd(RunEnd {
+            t_ms: 15_200,
+            errors: vec![reason.into()],
+            ..RunEnd::default()
+        }),
+    ];
+    let report = report_common::write_run(dir.path(), &records, false);
+    assert!(!report.passed);
+    report::render_all(dir.path()).unwrap();
+    let md = String::from_utf8(read(dir.path(), "report.md")).unwrap();
+    assert!(md.starts_with("# ❌ early-failure: FAILED"), "{md}");
+    assert!(
+        md.contains("the run did not complete") && md.contains(reason),
+        "{md}"
+    );
+    let xml = String::from_utf8(read(dir.path(), "junit.xml")).unwrap();
+    let junit = quick_junit::Report::deserialize_from_str(&xml).unwrap();
+    let completed = &junit.test_suites[0].test_cases[0];
+    assert_eq!(completed.name.as_str(), "run completed");
+    match &completed.status {
+        quick_junit::TestCaseStatus::NonSuccess { message, .. } => {
+            assert!(message.as_ref().unwrap().as_str().contains(reason))
+        }
+        other => panic!("run completed: {other:?}"),
+    }
+    let html = String::from_utf8(read(dir.path(), "report.html")).unwrap();
+    assert_eq!(
+        html.matches("<svg").count(),
+        4,
+        "four charts, even empty ones"
+    );
+    assert!(html.contains("no takeover followed an injected fault"));
+}
