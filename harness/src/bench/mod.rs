@@ -55,7 +55,7 @@ pub struct Common {
 pub struct TakeoverArgs {
     #[command(flatten)]
     pub common: Common,
-    /// Crash takeovers per lease and mode (as many handoffs again). Default 4, quick 2.
+    /// Crash takeovers per lease and mode (as many handoffs again). Default 3, quick 2.
     #[arg(long)]
     pub runs: Option<usize>,
     /// Lease lengths in seconds, comma-separated. Default 1,3,10,30, quick 3,5.
@@ -64,18 +64,22 @@ pub struct TakeoverArgs {
     /// renew = lease / ratio.
     #[arg(long, default_value_t = 3.0)]
     pub renew_ratio: f64,
-    /// Streams per lab. Default 200, quick 60.
+    /// Streams per lab. Default 120, quick 60.
     #[arg(long)]
     pub streams: Option<usize>,
     /// Workers per lab. Default 4, quick 3.
     #[arg(long)]
     pub workers: Option<usize>,
     /// Events per second per stream.
-    #[arg(long, default_value_t = 20.0)]
+    #[arg(long, default_value_t = 10.0)]
     pub rate: f64,
     /// SKEW_MARGIN_MS given to the workers (part of the crash floor).
     #[arg(long, default_value_t = 200)]
     pub skew_margin_ms: u64,
+    /// SCAN_SECONDS given to the workers (default: theirs, = renew). Released streams are
+    /// found by scans, so this bounds a graceful handoff.
+    #[arg(long)]
+    pub scan_seconds: Option<f64>,
 }
 
 /// `harness bench throughput` flags.
@@ -136,14 +140,15 @@ async fn takeover_main(a: TakeoverArgs) -> ExitCode {
     }
     let options = takeover::TakeoverOptions {
         out: a.common.out.clone(),
-        runs: a.runs.unwrap_or(if quick { 2 } else { 4 }).max(1),
+        runs: a.runs.unwrap_or(if quick { 2 } else { 3 }).max(1),
         leases_ms: leases.iter().map(|l| (l * 1000.0).round() as u64).collect(),
         renew_ratio: a.renew_ratio,
-        streams: a.streams.unwrap_or(if quick { 60 } else { 200 }).max(1),
+        streams: a.streams.unwrap_or(if quick { 60 } else { 120 }).max(1),
         workers: a.workers.unwrap_or(if quick { 3 } else { 4 }).max(2),
         rate: a.rate,
         seed: a.common.seed,
         skew_margin_ms: a.skew_margin_ms,
+        scan_seconds: a.scan_seconds,
         dynamodb,
         worker_bin: a.common.worker_bin.clone(),
     };

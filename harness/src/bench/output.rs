@@ -139,8 +139,16 @@ pub fn write_takeover(dir: &Path, bench: &TakeoverBench, command: &str) -> anyho
     let _ = writeln!(md, "`{command}`\n");
     let _ = writeln!(
         md,
-        "{} streams at {} events/s each over {} workers per lab; {} crash takeovers (SIGKILL of a random owner) and {} graceful handoffs (SIGTERM) per lease and mode, the two modes side by side; skew margin {} ms; seed {}.\n",
-        c.streams, c.rate, c.workers, c.runs, c.runs, c.skew_margin_ms, c.seed
+        "{} streams at {} events/s each over {} workers per lab; {} crash takeovers (SIGKILL of a random owner) and {} graceful handoffs (SIGTERM) per lease and mode, the two modes side by side; skew margin {} ms; discovery scan {}; seed {}.\n",
+        c.streams,
+        c.rate,
+        c.workers,
+        c.runs,
+        c.runs,
+        c.skew_margin_ms,
+        c.scan_seconds
+            .map_or("every renew interval (the worker's default)".to_string(), |s| format!("every {s} s")),
+        c.seed
     );
     let _ = writeln!(md, "overhead = takeover_ms − floor (crash: lease remaining at the kill + skew margin; handoff: 0). fault→acquired: from the signal to the new owner's `stream acquired` log line (detection + acquire round trip); acquired→accepted: upstream connect + replay + first accepted batch.\n");
     md.push_str(&takeover_table(bench));

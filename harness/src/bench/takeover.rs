@@ -38,6 +38,8 @@ pub struct TakeoverOptions {
     pub rate: f64,
     pub seed: u64,
     pub skew_margin_ms: u64,
+    /// `SCAN_SECONDS` for the workers; `None` keeps their default (= renew).
+    pub scan_seconds: Option<f64>,
     pub dynamodb: dynamodb_local::Mode,
     pub worker_bin: Option<PathBuf>,
 }
@@ -92,6 +94,7 @@ pub struct TakeoverConfig {
     pub rate: f64,
     pub seed: u64,
     pub skew_margin_ms: u64,
+    pub scan_seconds: Option<f64>,
     pub worker_bin: String,
 }
 
@@ -122,6 +125,7 @@ pub async fn run(options: &TakeoverOptions) -> anyhow::Result<TakeoverBench> {
             rate: options.rate,
             seed: options.seed,
             skew_margin_ms: options.skew_margin_ms,
+            scan_seconds: options.scan_seconds,
             worker_bin: bin.display().to_string(),
         },
         takeover: Vec::new(),
@@ -143,7 +147,11 @@ pub async fn run(options: &TakeoverOptions) -> anyhow::Result<TakeoverBench> {
                 workers: options.workers,
                 rate: options.rate,
                 seed: options.seed ^ lease_ms,
-                env: Default::default(),
+                env: options
+                    .scan_seconds
+                    .map(|s| ("SCAN_SECONDS".to_string(), s.to_string()))
+                    .into_iter()
+                    .collect(),
             };
             one_mode(
                 spec,
