@@ -194,7 +194,7 @@ fn html_is_self_contained_with_four_charts_and_the_same_tables() {
 }
 
 #[test]
-fn thousands_of_streams_sample_the_timeline_taken_over_streams_first() {
+fn thousands_of_streams_sample_the_timeline_every_fault_represented() {
     let dir = tempfile::tempdir().unwrap();
     let records = report_common::history(2000, 1000);
     let report = report_common::write_run(dir.path(), &records, false);
@@ -206,12 +206,28 @@ fn thousands_of_streams_sample_the_timeline_taken_over_streams_first() {
     let streams = attr_of(html, "data-chart=\"timeline\"", "data-streams").unwrap();
     let shown: Vec<&str> = streams.split(' ').collect();
     assert_eq!(shown.len(), MAX_TIMELINE_ROWS);
-    let taken: std::collections::BTreeSet<&str> = report
-        .takeovers
+    let mut sorted = shown.clone();
+    sorted.sort();
+    assert_eq!(shown, sorted, "rows are shown by stream id");
+    let caused_by = |cause: &str| -> std::collections::BTreeSet<&str> {
+        report
+            .takeovers
+            .iter()
+            .filter(|t| t.cause.as_deref() == Some(cause))
+            .map(|t| t.stream_id.as_str())
+            .collect()
+    };
+    let (killed, paused) = (caused_by("kill"), caused_by("pause"));
+    let count =
+        |set: &std::collections::BTreeSet<&str>| shown.iter().filter(|s| set.contains(*s)).count();
+    let untouched = shown
         .iter()
-        .map(|t| t.stream_id.as_str())
-        .collect();
-    assert!(shown.iter().all(|s| taken.contains(s)), "{shown:?}");
+        .filter(|s| !killed.contains(*s) && !paused.contains(*s))
+        .count();
+    // Both faults are represented about equally; a few untouched streams for contrast.
+    assert!(count(&killed) >= 20, "kill: {}", count(&killed));
+    assert!(count(&paused) >= 20, "pause: {}", count(&paused));
+    assert!((1..=10).contains(&untouched), "untouched: {untouched}");
     assert!(html.contains(&format!("Showing {MAX_TIMELINE_ROWS} of 2000 streams")));
     // A page people can open: well under a few megabytes.
     assert!(html.len() < 3 << 20, "report.html is {} bytes", html.len());

@@ -228,8 +228,9 @@ pub fn render(report: &Report, view: &RunView, tables: &[Table], charts: &Charts
     let shown = view.timeline_rows.len();
     let sampled = if view.stream_count > shown {
         format!(
-            " Showing {shown} of {} streams (at most {MAX_TIMELINE_ROWS}): those taken over or \
-             fenced first, then the rest by id.",
+            " Showing {shown} of {} streams (at most {MAX_TIMELINE_ROWS}): streams taken over, \
+             picked from each fault in turn, and streams with fenced writes, plus a few no fault \
+             touched for contrast.",
             view.stream_count
         )
     } else {

@@ -313,31 +313,70 @@ fn fault_periods(markers: &[Marker], report: &Report) -> Vec<FaultPeriod> {
     periods
 }
 
-/// Streams taken over first (in takeover order), then streams with fenced writes, then the rest
-/// by id; at most [`MAX_TIMELINE_ROWS`], shown sorted by id.
+/// Rows kept for streams no fault touched, for contrast, when there are that many.
+const UNTOUCHED_ROWS: usize = 6;
+
+/// Chooses the timeline's rows: streams taken over, round-robin over the actions that caused
+/// the takeovers (so every fault shows) and the unexplained ones, with the streams that had
+/// writes fenced as one more group; a few untouched streams for contrast; then anything left,
+/// by id. At most [`MAX_TIMELINE_ROWS`], shown sorted by id.
 fn timeline_rows(
     segments: &BTreeMap<String, Vec<Segment>>,
     fenced: &BTreeMap<String, Vec<u64>>,
     report: &Report,
 ) -> Vec<String> {
-    let mut chosen: Vec<String> = Vec::new();
-    let mut taken: BTreeSet<&str> = BTreeSet::new();
-    let candidates = report
-        .takeovers
-        .iter()
-        .map(|t| &t.stream_id)
-        .chain(fenced.keys())
-        .chain(segments.keys());
-    for id in candidates {
-        if chosen.len() == MAX_TIMELINE_ROWS {
+    // Groups keyed by the causing action (its injection time and kind), in time order.
+    let mut groups: BTreeMap<(u64, String), Vec<&str>> = BTreeMap::new();
+    for t in &report.takeovers {
+        let key = match (t.takeover_ms, &t.cause) {
+            (Some(ms), Some(cause)) => (t.at_ms.saturating_sub(ms), cause.clone()),
+            _ => (u64::MAX, String::new()),
+        };
+        groups.entry(key).or_default().push(&t.stream_id);
+    }
+    let mut groups: Vec<Vec<&str>> = groups.into_values().collect();
+    groups.push(fenced.keys().map(String::as_str).collect());
+    let touched: BTreeSet<&str> = groups.iter().flatten().copied().collect();
+    let untouched: Vec<&str> = segments
+        .keys()
+        .map(String::as_str)
+        .filter(|id| !touched.contains(id))
+        .collect();
+
+    let reserve = UNTOUCHED_ROWS.min(untouched.len());
+    let mut chosen: BTreeSet<&str> = BTreeSet::new();
+    let mut cursors = vec![0usize; groups.len()];
+    'rounds: loop {
+        let mut progressed = false;
+        for (group, cursor) in groups.iter().zip(cursors.iter_mut()) {
+            if chosen.len() + reserve >= MAX_TIMELINE_ROWS {
+                break 'rounds;
+            }
+            while let Some(id) = group.get(*cursor) {
+                *cursor += 1;
+                if chosen.insert(id) {
+                    progressed = true;
+                    break;
+                }
+            }
+        }
+        if !progressed {
             break;
         }
-        if taken.insert(id.as_str()) {
-            chosen.push(id.clone());
-        }
     }
-    chosen.sort();
-    chosen
+    for id in untouched.iter().chain(
+        segments
+            .keys()
+            .map(|k| k.as_str())
+            .collect::<Vec<_>>()
+            .iter(),
+    ) {
+        if chosen.len() >= MAX_TIMELINE_ROWS {
+            break;
+        }
+        chosen.insert(id);
+    }
+    chosen.into_iter().map(str::to_string).collect()
 }
 
 /// Ownership from receipts: at each step, a stream belongs to the owner of its latest segment
