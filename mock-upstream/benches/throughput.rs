@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use mock_upstream::UpstreamConfig;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 
 const SERVER_THREAD: &str = "upstream-srv";
@@ -81,9 +82,14 @@ fn main() {
         let url = format!("ws://{addr}{}", lease_protocol::upstream_path(id, None));
         let (counters, connected) = (counters.clone(), connected.clone());
         client_rt.spawn(async move {
-            let (mut ws, _) = tokio_tungstenite::connect_async(url)
-                .await
-                .expect("connect");
+            // Small client buffers, so the process's RSS is mostly the server's.
+            let config = WebSocketConfig::default()
+                .read_buffer_size(16 * 1024)
+                .write_buffer_size(0);
+            let (mut ws, _) =
+                tokio_tungstenite::connect_async_with_config(url, Some(config), false)
+                    .await
+                    .expect("connect");
             connected.fetch_add(1, Ordering::Relaxed);
             let (mut last, mut unflushed) = (0u64, 0u64);
             while let Some(Ok(msg)) = ws.next().await {

@@ -124,20 +124,23 @@ impl Stream {
             return self.last_seq();
         }
         let head = {
+            let mut scratch = String::new();
             let mut ring = self.ring.lock().expect("ring lock");
             for _ in 0..count {
                 ring.head += 1;
-                let text = event_text(&self.json_id, ring.head, ts_ms, payload);
-                ring.text_bytes += text.len();
-                ring.entries.push_back(Entry {
-                    produced: now,
-                    text: Utf8Bytes::from(text),
-                });
-                if ring.entries.len() > self.retention {
+                // Evict before appending so the deque never grows past `retention` slots.
+                if ring.entries.len() == self.retention {
                     if let Some(evicted) = ring.entries.pop_front() {
                         ring.text_bytes -= evicted.text.len();
                     }
                 }
+                event_text(&mut scratch, &self.json_id, ring.head, ts_ms, payload);
+                ring.text_bytes += scratch.len();
+                ring.entries.push_back(Entry {
+                    produced: now,
+                    // Copied out of the scratch buffer: an exact-size allocation per event.
+                    text: Utf8Bytes::from(scratch.as_str()),
+                });
             }
             ring.head
         };
@@ -146,16 +149,15 @@ impl Stream {
     }
 }
 
-/// The wire text of one event, written directly (the same bytes `UpstreamFrame::to_text` gives).
-fn event_text(json_id: &str, seq: u64, ts_ms: i64, json_payload: &str) -> String {
+/// Writes the wire text of one event into `s` (the same bytes `UpstreamFrame::to_text` gives).
+fn event_text(s: &mut String, json_id: &str, seq: u64, ts_ms: i64, json_payload: &str) {
     use std::fmt::Write;
-    let mut s = String::with_capacity(64 + json_id.len() + json_payload.len());
+    s.clear();
     s.push_str(r#"{"type":"event","stream_id":"#);
     s.push_str(json_id);
     write!(s, r#","seq":{seq},"ts_ms":{ts_ms},"payload":"#).expect("write to String");
     s.push_str(json_payload);
     s.push('}');
-    s
 }
 
 /// Production state, shared by the admin API and the producer.
