@@ -29,7 +29,7 @@ use crate::sink::Sink;
 /// Interval between ownership samples (table scans) for the timeline.
 pub const OWNER_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 /// How often warm-up and settle check their condition.
-const POLL: Duration = Duration::from_millis(300);
+const POLL: Duration = Duration::from_millis(500);
 /// Extra time, beyond a worker's drain, before the final shutdown SIGKILLs it.
 const SHUTDOWN_GRACE_EXTRA: Duration = Duration::from_secs(3);
 /// Bound on waiting for fault tasks still running at the run's end.
@@ -386,22 +386,29 @@ impl Env<'_> {
         let s = self.scenario;
         let deadline = Instant::now() + Duration::from_millis(s.run.warmup_ms);
         loop {
-            let items = lease_table::scan_all(&self.client, lease_table::DEFAULT_TABLE)
-                .await
-                .map_err(|e| format!("warm-up: reading the lease table: {e}"))?;
-            let now = lease_table::now_ms();
-            let unowned: Vec<&str> = items
-                .iter()
-                .filter(|i| !i.is_held_at(now))
-                .map(|i| i.stream_id.as_str())
-                .collect();
+            // The sink is free to ask; the table is only scanned once every stream flows (or at
+            // the deadline, for the message), so warm-up adds no load to a busy DynamoDB Local.
             let flowing = sink.streams_with_traffic();
             let silent: Vec<&str> = streams
                 .iter()
                 .filter(|id| !flowing.contains(*id))
                 .map(String::as_str)
                 .collect();
-            if unowned.is_empty() && silent.is_empty() {
+            let expired = Instant::now() >= deadline;
+            let unowned: Vec<String> = if silent.is_empty() || expired {
+                let items = lease_table::scan_all(&self.client, lease_table::DEFAULT_TABLE)
+                    .await
+                    .map_err(|e| format!("warm-up: reading the lease table: {e}"))?;
+                let now = lease_table::now_ms();
+                items
+                    .into_iter()
+                    .filter(|i| !i.is_held_at(now))
+                    .map(|i| i.stream_id)
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            if silent.is_empty() && unowned.is_empty() {
                 self.phase("warmup_done", None);
                 return Ok(());
             }
@@ -411,16 +418,17 @@ impl Env<'_> {
                     self.workers_dir.display()
                 ));
             }
-            if Instant::now() >= deadline {
-                let sample = |v: &[&str]| v.iter().take(5).copied().collect::<Vec<_>>().join(", ");
+            if expired {
+                let sample =
+                    |v: &mut dyn Iterator<Item = &str>| v.take(5).collect::<Vec<_>>().join(", ");
                 return Err(format!(
                     "warm-up did not complete within {} s: {} of {} streams had no owner ({}) and {} no accepted traffic ({}); see the worker logs in {}",
                     s.run.warmup_ms as f64 / 1000.0,
                     unowned.len(),
                     streams.len(),
-                    sample(&unowned),
+                    sample(&mut unowned.iter().map(String::as_str)),
                     silent.len(),
-                    sample(&silent),
+                    sample(&mut silent.iter().copied()),
                     self.workers_dir.display()
                 ));
             }
