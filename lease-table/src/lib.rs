@@ -20,6 +20,18 @@ pub mod ops;
 /// Default table name (`LEASE_TABLE`).
 pub const DEFAULT_TABLE: &str = "websocket-leases";
 
+/// Reserved item: the fleet's release signal (`generation` N, `draining` SS), not a stream.
+/// Every `stream_id` starting with [`RESERVED_PREFIX`] is reserved and ignored by stream logic:
+/// [`scan_all`] skips them, and so does the worker's discovery.
+pub const FLEET_ITEM: &str = "__fleet__";
+/// Prefix of reserved (non-stream) items.
+pub const RESERVED_PREFIX: &str = "__";
+
+/// True for a reserved item id (such as [`FLEET_ITEM`]) that is not a stream.
+pub fn is_reserved(stream_id: &str) -> bool {
+    stream_id.starts_with(RESERVED_PREFIX)
+}
+
 /// Attribute names, fixed by design §2.
 pub mod attr {
     pub const STREAM_ID: &str = "stream_id";
@@ -319,7 +331,8 @@ pub async fn seed_streams<S: AsRef<str>>(
     Ok(created)
 }
 
-/// Reads every item of the table (paginated scan, consistent reads), sorted by `stream_id`.
+/// Reads every stream item of the table (paginated scan, consistent reads), sorted by
+/// `stream_id`. Reserved items ([`is_reserved`], e.g. [`FLEET_ITEM`]) are skipped.
 pub async fn scan_all(client: &Client, table: &str) -> Result<Vec<LeaseItem>, TableError> {
     let mut items = Vec::new();
     let mut start_key = None;
@@ -333,7 +346,11 @@ pub async fn scan_all(client: &Client, table: &str) -> Result<Vec<LeaseItem>, Ta
             .await
             .map_err(|e| TableError::dynamo("Scan", table, e))?;
         for item in page.items() {
-            items.push(LeaseItem::from_item(item)?);
+            let reserved =
+                matches!(item.get(attr::STREAM_ID), Some(AttributeValue::S(id)) if is_reserved(id));
+            if !reserved {
+                items.push(LeaseItem::from_item(item)?);
+            }
         }
         match page.last_evaluated_key() {
             Some(key) if !key.is_empty() => start_key = Some(key.clone()),

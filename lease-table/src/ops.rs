@@ -203,6 +203,133 @@ pub async fn release(
     done_or_refused("release", stream_id, result)
 }
 
+/// The fleet signal as read from [`crate::FLEET_ITEM`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FleetSignal {
+    /// Bumped after releases; a change means "free streams may be waiting: scan now".
+    pub generation: u64,
+    /// Owners that are draining or drained: they still hold leases but will release them all
+    /// shortly, or are gone (their last bids may still look fresh). Not live owners. A drained
+    /// owner is removed by any worker that sees it hold nothing and bid nothing any more.
+    pub draining: Vec<String>,
+}
+
+/// Attribute names of the fleet item.
+pub mod fleet_attr {
+    pub const GENERATION: &str = "generation";
+    pub const DRAINING: &str = "draining";
+}
+
+/// Bumps the fleet generation by one (creating the item if needed) and optionally adds
+/// `owner_id` to the draining set (`Some(true)`) or removes it (`Some(false)`). One
+/// unconditional `UpdateItem`.
+pub async fn fleet_bump(
+    client: &Client,
+    table: &str,
+    owner_id: &str,
+    draining: Option<bool>,
+    now_ms: i64,
+) -> Result<(), OpError> {
+    let update = match draining {
+        None => "ADD #g :one SET updated_at = :now",
+        Some(true) => "ADD #g :one, #d :owners SET updated_at = :now",
+        Some(false) => "ADD #g :one DELETE #d :owners SET updated_at = :now",
+    };
+    fleet_update(
+        client,
+        table,
+        update,
+        (draining.is_some()).then_some(&[owner_id.to_string()][..]),
+        now_ms,
+    )
+    .await
+}
+
+/// Removes `owners` (drained and gone) from the draining set without bumping the generation.
+pub async fn fleet_forget(
+    client: &Client,
+    table: &str,
+    owners: &[String],
+    now_ms: i64,
+) -> Result<(), OpError> {
+    if owners.is_empty() {
+        return Ok(());
+    }
+    fleet_update(
+        client,
+        table,
+        "DELETE #d :owners SET updated_at = :now",
+        Some(owners),
+        now_ms,
+    )
+    .await
+}
+
+async fn fleet_update(
+    client: &Client,
+    table: &str,
+    update: &str,
+    owners: Option<&[String]>,
+    now_ms: i64,
+) -> Result<(), OpError> {
+    let mut request = client
+        .update_item()
+        .table_name(table)
+        .key(attr::STREAM_ID, s(crate::FLEET_ITEM))
+        .update_expression(update)
+        .expression_attribute_values(":now", n(now_ms));
+    if update.contains("#g") {
+        request = request
+            .expression_attribute_names("#g", fleet_attr::GENERATION)
+            .expression_attribute_values(":one", n(1));
+    }
+    if let Some(owners) = owners {
+        request = request
+            .expression_attribute_names("#d", fleet_attr::DRAINING)
+            .expression_attribute_values(":owners", AttributeValue::Ss(owners.to_vec()));
+    }
+    match request.send().await {
+        Ok(_) => Ok(()),
+        Err(err) => refused_or_error::<()>("fleet_update", crate::FLEET_ITEM, err).map(|_| ()),
+    }
+}
+
+/// Reads the fleet signal with one eventually consistent `GetItem` (absent item = generation 0).
+pub async fn fleet_read(client: &Client, table: &str) -> Result<FleetSignal, OpError> {
+    let out = client
+        .get_item()
+        .table_name(table)
+        .key(attr::STREAM_ID, s(crate::FLEET_ITEM))
+        .send()
+        .await
+        .map_err(|err| {
+            let kind = match err.as_service_error().and_then(|e| e.code()) {
+                Some(
+                    "ProvisionedThroughputExceededException"
+                    | "ThrottlingException"
+                    | "RequestLimitExceeded",
+                ) => ErrorKind::Throttled,
+                _ => ErrorKind::Other,
+            };
+            OpError {
+                op: "fleet_read",
+                stream_id: crate::FLEET_ITEM.to_string(),
+                kind,
+                message: DisplayErrorContext(err).to_string(),
+            }
+        })?;
+    let mut signal = FleetSignal::default();
+    if let Some(item) = out.item() {
+        if let Some(AttributeValue::N(g)) = item.get(fleet_attr::GENERATION) {
+            signal.generation = g.parse().unwrap_or(0);
+        }
+        if let Some(AttributeValue::Ss(set)) = item.get(fleet_attr::DRAINING) {
+            signal.draining = set.clone();
+        }
+    }
+    Ok(signal)
+}
+
 fn done_or_refused<O>(
     op: &'static str,
     stream_id: &str,

@@ -322,13 +322,15 @@ pub struct Plan {
 /// Decides what to acquire, shed and watch from a view of the table at `now_ms`.
 ///
 /// Live owners are the distinct holders of unexpired leases, excluding any owner with an
-/// expired lease (a healthy owner never lets one lapse), plus workers with a fresh bid
-/// (`bidders`), plus `me`. Candidates are free items,
+/// expired lease (a healthy owner never lets one lapse) and any owner announced as `draining`
+/// (it is about to release everything, so its streams belong to the remaining share), plus
+/// workers with a fresh bid (`bidders`), plus `me`. Candidates are free items,
 /// expired ones, and items naming `me` that this process does not run. They are ordered by a
 /// hash of `(me, stream)` so that workers prefer different streams and contend less.
 pub fn plan(
     items: &[LeaseItem],
     bidders: &HashSet<String>,
+    draining: &HashSet<String>,
     me: &str,
     owned: &HashSet<String>,
     now_ms: i64,
@@ -361,8 +363,13 @@ pub fn plan(
             }
         }
     }
-    live.retain(|owner| !dead.contains(owner));
-    live.extend(bidders.iter().map(String::as_str));
+    live.retain(|owner| !dead.contains(owner) && !draining.contains(*owner));
+    live.extend(
+        bidders
+            .iter()
+            .map(String::as_str)
+            .filter(|b| !draining.contains(*b)),
+    );
     live.remove(me);
     let live_owners = live.len() + 1;
     let target = items.len().div_ceil(live_owners).min(limits.max_streams);
@@ -390,7 +397,10 @@ pub fn plan(
         let busiest = held_by
             .iter()
             .filter(|(owner, streams)| {
-                **owner != me && !dead.contains(*owner) && streams.len() > target
+                **owner != me
+                    && !dead.contains(*owner)
+                    && !draining.contains(**owner)
+                    && streams.len() > target
             })
             .max_by_key(|(owner, streams)| (streams.len(), std::cmp::Reverse(**owner)));
         if let Some((_, streams)) = busiest {

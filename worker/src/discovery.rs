@@ -2,6 +2,11 @@
 //! what to do, acquires streams, spawns their runners, sheds excess, and (in expiry-aware mode)
 //! wakes up right when a watched lease expires instead of at the next scan.
 //!
+//! Between scans it polls the fleet signal ([`lease_table::FLEET_ITEM`], one `GetItem` every
+//! [`FLEET_POLL`]): a draining worker marks itself there and bumps its generation after its
+//! releases, so the others scan at once and take the freed streams within milliseconds, instead
+//! of at their next scan.
+//!
 //! The scan only hints at candidates; every ownership change is a conditional write. This module
 //! never publishes, and never touches a stream it does not own except through `acquire`.
 
@@ -29,6 +34,12 @@ pub const PER_ROUND: usize = 8;
 pub const FAST_RESCAN: Duration = Duration::from_millis(250);
 /// Each scan page may take this long.
 pub const SCAN_PAGE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the fleet signal is read (±10 %): 3600 / 0.15 = 24,000 eventually consistent
+/// `GetItem`s per worker-hour, 0.5 read request unit each (the item is tiny), whatever the table
+/// size. Not polled when `SCAN_SECONDS` is this short anyway, nor in `ACQUIRE_MODE=poll`.
+pub const FLEET_POLL: Duration = Duration::from_millis(150);
+/// A fleet read or bump may take this long.
+pub const FLEET_TIMEOUT: Duration = Duration::from_secs(1);
 
 struct Owned {
     control: watch::Sender<Control>,
@@ -47,6 +58,10 @@ pub struct Supervisor {
     fences: FenceBook,
     recently_shed: HashMap<String, Instant>,
     next_watch_ms: Option<i64>,
+    /// Last fleet generation read (`None` before the first read).
+    fleet_generation: Option<u64>,
+    /// Owners the fleet signal names as draining (never this worker while it runs).
+    draining_owners: HashSet<String>,
 }
 
 impl Supervisor {
@@ -63,6 +78,8 @@ impl Supervisor {
             fences: FenceBook::default(),
             recently_shed: HashMap::new(),
             next_watch_ms: None,
+            fleet_generation: None,
+            draining_owners: HashSet::new(),
         }
     }
 
@@ -84,6 +101,9 @@ impl Supervisor {
     pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) -> usize {
         tokio::pin!(shutdown);
         let mut next_scan = Instant::now();
+        let fleet_polling =
+            self.config.acquire_mode == AcquireMode::ExpiryAware && self.config.scan > FLEET_POLL;
+        let mut next_fleet = Instant::now();
         loop {
             let watch_at = match (self.config.acquire_mode, self.next_watch_ms) {
                 (AcquireMode::ExpiryAware, Some(ms)) => {
@@ -96,9 +116,19 @@ impl Supervisor {
             tokio::select! {
                 _ = &mut shutdown => break,
                 _ = tokio::time::sleep_until(next_scan) => {
-                    let hurry = self.scan_round().await;
+                    let hurry = self.scan_round(false).await;
                     let base = if hurry { FAST_RESCAN.min(self.config.scan) } else { self.config.scan };
                     next_scan = Instant::now() + self.jittered(base);
+                }
+                _ = tokio::time::sleep_until(next_fleet), if fleet_polling => {
+                    if self.fleet_changed().await {
+                        // Streams were (or are about to be) released: look now, consistently,
+                        // so the scan cannot miss a release that the signal already announced.
+                        let hurry = self.scan_round(true).await;
+                        let base = if hurry { FAST_RESCAN.min(self.config.scan) } else { self.config.scan };
+                        next_scan = Instant::now() + self.jittered(base);
+                    }
+                    next_fleet = Instant::now() + self.jittered(FLEET_POLL);
                 }
                 _ = tokio::time::sleep_until(watch_at.unwrap_or(far)), if watch_at.is_some() => {
                     if self.acquire_round().await {
@@ -111,9 +141,57 @@ impl Supervisor {
         self.drain().await
     }
 
+    /// Reads the fleet signal; true when its generation or draining set changed since the last
+    /// read (the first read only records it). Clears a stale draining mark of this worker (a
+    /// previous process with the same `OWNER_ID` killed mid-drain).
+    async fn fleet_changed(&mut self) -> bool {
+        let signal = match self.shared.table.fleet_read(FLEET_TIMEOUT).await {
+            Ok(signal) => signal,
+            Err(e) => {
+                tracing::debug!(error = %e, "fleet signal read failed");
+                return false;
+            }
+        };
+        let me = &*self.shared.owner_id;
+        let first = self.fleet_generation.is_none();
+        let draining: HashSet<String> = signal
+            .draining
+            .into_iter()
+            .filter(|owner| {
+                if owner == me && first {
+                    let table = self.shared.table.clone();
+                    tokio::spawn(async move { table.fleet_bump(Some(false), FLEET_TIMEOUT).await });
+                }
+                owner != me
+            })
+            .collect();
+        let changed =
+            self.fleet_generation != Some(signal.generation) || self.draining_owners != draining;
+        if changed {
+            tracing::debug!(
+                generation = signal.generation,
+                draining = draining.len(),
+                "fleet signal changed"
+            );
+        }
+        self.fleet_generation = Some(signal.generation);
+        self.draining_owners = draining;
+        changed && !first
+    }
+
+    /// Bumps the fleet generation in the background (after a shed released streams).
+    fn announce_release(&self) {
+        let table = self.shared.table.clone();
+        tokio::spawn(async move {
+            if let Err(e) = table.fleet_bump(None, FLEET_TIMEOUT).await {
+                tracing::debug!(error = %e, "fleet signal bump failed");
+            }
+        });
+    }
+
     /// One discovery scan and acquisition round. Returns true when another round should follow soon.
-    async fn scan_round(&mut self) -> bool {
-        match self.shared.table.scan(SCAN_PAGE_TIMEOUT).await {
+    async fn scan_round(&mut self, consistent: bool) -> bool {
+        match self.shared.table.scan(SCAN_PAGE_TIMEOUT, consistent).await {
             Ok(view) => {
                 if !self.readiness.scanned.swap(true, Ordering::Relaxed) {
                     tracing::info!(
@@ -139,13 +217,45 @@ impl Supervisor {
         let owned: HashSet<String> = self.owned.keys().cloned().collect();
         let me = self.shared.owner_id.clone();
         let fresh = now_ms - self.config.lease.as_millis() as i64;
+        // Draining (and drained) owners are leaving: neither their leases nor their last bids
+        // make them live owners. A drained one that holds nothing and bids nothing any more is
+        // forgotten, so the set stays small.
+        let gone: Vec<String> = self
+            .draining_owners
+            .iter()
+            .filter(|owner| {
+                let holds = self.known.iter().any(|i| {
+                    i.owner_id.as_deref() == Some(owner.as_str())
+                        && i.lease_expires_at.is_some_and(|t| t >= now_ms)
+                });
+                let bids = self.bids.iter().any(|(b, at)| b == *owner && *at >= fresh);
+                !holds && !bids
+            })
+            .cloned()
+            .collect();
+        if !gone.is_empty() {
+            tracing::debug!(?gone, "forgetting drained owners in the fleet signal");
+            for owner in &gone {
+                self.draining_owners.remove(owner);
+            }
+            let table = self.shared.table.clone();
+            tokio::spawn(async move { table.fleet_forget(&gone, FLEET_TIMEOUT).await });
+        }
         let bidders: HashSet<String> = self
             .bids
             .iter()
             .filter(|(bidder, at)| *at >= fresh && **bidder != *me)
             .map(|(bidder, _)| bidder.clone())
             .collect();
-        let plan = decide::plan(&self.known, &bidders, &me, &owned, now_ms, self.limits());
+        let plan = decide::plan(
+            &self.known,
+            &bidders,
+            &self.draining_owners,
+            &me,
+            &owned,
+            now_ms,
+            self.limits(),
+        );
 
         let metrics = &self.shared.metrics;
         metrics.table_streams.set(self.known.len() as i64);
@@ -304,6 +414,10 @@ impl Supervisor {
             Ok((stream_id, exit)) => {
                 self.owned.remove(&stream_id);
                 tracing::debug!(%stream_id, ?exit, "stream task ended");
+                if exit == Exit::Released {
+                    // A shed: tell the others (a starved bidder is waiting for exactly this).
+                    self.announce_release();
+                }
             }
             Err(e) => tracing::error!(error = %e, "a stream task was cancelled"),
         }
@@ -332,19 +446,16 @@ impl Supervisor {
                 reason: "drain",
             });
         }
+        // While the streams flush: tell the fleet this worker is draining, so the others stop
+        // counting it as a live owner (their share grows to cover its streams) and look at once.
+        // (Even with nothing owned: a starved worker's last bids would otherwise count it live.)
+        self.fleet_bump(Some(true), deadline).await;
         let mut unconfirmed = 0;
+        let mut unannounced = 0;
         loop {
-            match tokio::time::timeout_at(deadline, self.tasks.join_next()).await {
-                Ok(Some(Ok((stream_id, exit)))) => {
-                    self.owned.remove(&stream_id);
-                    if exit != Exit::Released {
-                        unconfirmed += 1;
-                    }
-                }
-                Ok(Some(Err(e))) => {
-                    tracing::error!(error = %e, "a stream task was cancelled while draining");
-                    unconfirmed += 1;
-                }
+            let joined = tokio::time::timeout_at(deadline, self.tasks.join_next()).await;
+            let mut batch = match joined {
+                Ok(Some(first)) => vec![first],
                 Ok(None) => break,
                 Err(_) => {
                     unconfirmed += self.tasks.len();
@@ -355,9 +466,49 @@ impl Supervisor {
                     self.tasks.abort_all();
                     break;
                 }
+            };
+            // Streams flush at about the same time: announce their releases together.
+            while let Some(more) = self.tasks.try_join_next() {
+                batch.push(more);
             }
+            for joined in batch {
+                match joined {
+                    Ok((stream_id, exit)) => {
+                        self.owned.remove(&stream_id);
+                        if exit == Exit::Released {
+                            unannounced += 1;
+                        } else {
+                            unconfirmed += 1;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "a stream task was cancelled while draining");
+                        unconfirmed += 1;
+                    }
+                }
+            }
+            if unannounced > 0 && !self.tasks.is_empty() {
+                self.fleet_bump(None, deadline).await;
+                unannounced = 0;
+            }
+        }
+        if unannounced > 0 {
+            // The last releases. The draining mark stays: this worker's last bids may still
+            // look fresh; the others forget it once it holds and bids nothing.
+            self.fleet_bump(None, deadline + Duration::from_millis(500))
+                .await;
         }
         self.shared.metrics.owned_streams.set(0);
         unconfirmed
+    }
+
+    /// One fleet signal write during drain, bounded by `deadline` (a failure only costs speed:
+    /// the others still find the released streams at their next scan).
+    async fn fleet_bump(&self, draining: Option<bool>, deadline: Instant) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let timeout = FLEET_TIMEOUT.min(left).max(Duration::from_millis(100));
+        if let Err(e) = self.shared.table.fleet_bump(draining, timeout).await {
+            tracing::warn!(error = %e, "fleet signal write failed; others find the released streams at their next scan");
+        }
     }
 }

@@ -11,13 +11,13 @@ use std::time::Duration;
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
-use lease_table::ops::{self, ErrorKind, Holder, OpError, Outcome};
+use lease_table::ops::{self, ErrorKind, FleetSignal, Holder, OpError, Outcome};
 use lease_table::LeaseItem;
 
 use crate::metrics::Metrics;
 
 /// The IAM actions of every DynamoDB operation this worker calls.
-pub const DYNAMODB_ACTIONS: &[&str] = &["dynamodb:Scan", "dynamodb:UpdateItem"];
+pub const DYNAMODB_ACTIONS: &[&str] = &["dynamodb:GetItem", "dynamodb:Scan", "dynamodb:UpdateItem"];
 
 /// Extra attribute (design §2 allows more): a starved worker's id, written on a held stream so
 /// that its owner counts the bidder as a live owner and sheds down to the fair share. The source
@@ -190,10 +190,59 @@ impl LeaseTable {
         self.timed("release", timeout, call).await
     }
 
-    /// Reads the whole table (paginated, eventually consistent: it only hints at candidates;
-    /// conditional writes decide). Each page has its own `page_timeout`. Malformed items are
-    /// logged and skipped.
-    pub async fn scan(&self, page_timeout: Duration) -> Result<ScanView, CallError> {
+    /// Reads the fleet signal ([`lease_table::FLEET_ITEM`]): one eventually consistent `GetItem`.
+    pub async fn fleet_read(&self, timeout: Duration) -> Result<FleetSignal, CallError> {
+        let call = async {
+            ops::fleet_read(&self.client, &self.table)
+                .await
+                .map(Outcome::Done)
+        };
+        match self.timed("fleet_read", timeout, call).await? {
+            Outcome::Done(signal) => Ok(signal),
+            Outcome::Refused { .. } => Ok(FleetSignal::default()),
+        }
+    }
+
+    /// Bumps the fleet generation (one `UpdateItem`), optionally marking this worker as draining
+    /// (`Some(true)`) or not (`Some(false)`).
+    pub async fn fleet_bump(
+        &self,
+        draining: Option<bool>,
+        timeout: Duration,
+    ) -> Result<(), CallError> {
+        let now = lease_table::now_ms();
+        let call = async {
+            ops::fleet_bump(&self.client, &self.table, &self.owner_id, draining, now)
+                .await
+                .map(Outcome::Done)
+        };
+        self.timed("fleet_bump", timeout, call).await.map(|_| ())
+    }
+
+    /// Removes drained, gone owners from the fleet's draining set (one `UpdateItem`).
+    pub async fn fleet_forget(
+        &self,
+        owners: &[String],
+        timeout: Duration,
+    ) -> Result<(), CallError> {
+        let now = lease_table::now_ms();
+        let call = async {
+            ops::fleet_forget(&self.client, &self.table, owners, now)
+                .await
+                .map(Outcome::Done)
+        };
+        self.timed("fleet_bump", timeout, call).await.map(|_| ())
+    }
+
+    /// Reads the whole table (paginated; eventually consistent unless `consistent`: it only
+    /// hints at candidates; conditional writes decide). Each page has its own `page_timeout`.
+    /// Malformed items are logged and skipped, reserved items ([`lease_table::is_reserved`])
+    /// ignored.
+    pub async fn scan(
+        &self,
+        page_timeout: Duration,
+        consistent: bool,
+    ) -> Result<ScanView, CallError> {
         let mut view = ScanView::default();
         let mut start_key = None;
         loop {
@@ -201,6 +250,7 @@ impl LeaseTable {
                 .client
                 .scan()
                 .table_name(&*self.table)
+                .consistent_read(consistent)
                 .set_exclusive_start_key(start_key)
                 .send();
             let page = match tokio::time::timeout(page_timeout, request).await {
@@ -238,6 +288,10 @@ impl LeaseTable {
                 }
             };
             for raw in page.items() {
+                if matches!(raw.get(lease_table::attr::STREAM_ID), Some(AttributeValue::S(id)) if lease_table::is_reserved(id))
+                {
+                    continue;
+                }
                 match LeaseItem::from_item(raw) {
                     Ok(item) => view.items.push(item),
                     Err(e) => tracing::warn!(error = %e, "skipping a malformed lease item"),

@@ -20,7 +20,16 @@ use prometheus_client::registry::Registry;
 type Labels = Vec<(&'static str, String)>;
 
 /// DynamoDB operation labels (`op`).
-pub const DYNAMO_OPS: &[&str] = &["acquire", "renew", "checkpoint", "release", "scan", "bid"];
+pub const DYNAMO_OPS: &[&str] = &[
+    "acquire",
+    "renew",
+    "checkpoint",
+    "release",
+    "scan",
+    "bid",
+    "fleet_read",
+    "fleet_bump",
+];
 /// DynamoDB outcome labels (`outcome`).
 pub const DYNAMO_OUTCOMES: &[&str] = &["ok", "conditional_failed", "throttled", "error", "timeout"];
 /// Lease-loss reasons (`reason`).

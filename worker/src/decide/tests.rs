@@ -125,6 +125,7 @@ fn free_and_expired_streams_are_candidates_held_ones_are_watched() {
     let plan = plan(
         &items,
         &HashSet::new(),
+        &HashSet::new(),
         "me",
         &HashSet::new(),
         now,
@@ -158,6 +159,7 @@ fn an_owner_with_a_lapsed_lease_is_not_counted_live() {
     let plan = plan(
         &items,
         &HashSet::new(),
+        &HashSet::new(),
         "me",
         &HashSet::new(),
         now,
@@ -165,6 +167,54 @@ fn an_owner_with_a_lapsed_lease_is_not_counted_live() {
     );
     assert_eq!(plan.live_owners, 2);
     assert_eq!(plan.acquire, ["a"]);
+}
+
+#[test]
+fn a_draining_owner_is_not_counted_live_and_its_released_streams_are_taken() {
+    let now = 50_000;
+    // x is draining: it released a and b already and still holds c and d for a moment.
+    let items = vec![
+        item("a", None, None),
+        item("b", None, None),
+        item("c", Some("x"), Some(now + 5_000)),
+        item("d", Some("x"), Some(now + 5_000)),
+    ];
+    let draining: HashSet<String> = ["x".to_string()].into();
+    let plan = plan(
+        &items,
+        &HashSet::new(),
+        &draining,
+        "me",
+        &HashSet::new(),
+        now,
+        limits(usize::MAX),
+    );
+    // Alone with x gone, the whole table is this worker's share: both free streams now, and
+    // x's held ones are watched, never bid on.
+    assert_eq!(plan.live_owners, 1);
+    assert_eq!(plan.target, 4);
+    let mut acquire = plan.acquire.clone();
+    acquire.sort();
+    assert_eq!(acquire, ["a", "b"]);
+    assert_eq!(plan.watch.len(), 2);
+    assert_eq!(plan.bid, None);
+
+    // Without the signal x counts as live: half the table each.
+    let counted = plan_without_draining(&items, now);
+    assert_eq!(counted.live_owners, 2);
+    assert_eq!(counted.target, 2);
+}
+
+fn plan_without_draining(items: &[LeaseItem], now: i64) -> Plan {
+    plan(
+        items,
+        &HashSet::new(),
+        &HashSet::new(),
+        "me",
+        &HashSet::new(),
+        now,
+        limits(usize::MAX),
+    )
 }
 
 #[test]
@@ -178,6 +228,7 @@ fn excess_above_fair_share_plus_one_is_shed() {
     // 11 streams, 2 live owners: target 6, owned 10 → shed 4.
     let plan = plan(
         &items,
+        &HashSet::new(),
         &HashSet::new(),
         "me",
         &owned,
@@ -329,7 +380,7 @@ proptest! {
             .map(|(i, _)| i.stream_id.clone())
             .collect();
         let l = limits(max);
-        let p = plan(&items, &HashSet::new(), "me", &owned, now, l);
+        let p = plan(&items, &HashSet::new(), &HashSet::new(), "me", &owned, now, l);
         prop_assert!(p.target <= max);
         prop_assert!(p.acquire.len() <= l.per_round);
         prop_assert!(owned.len() + p.acquire.len() <= p.target.max(owned.len()));
@@ -363,7 +414,7 @@ proptest! {
                     .map(|i| i.stream_id.clone())
                     .collect();
                 let others: HashSet<String> = bids.iter().filter(|b| *b != me).cloned().collect();
-                let p = plan(&table, &others, me, &owned, now, limits(usize::MAX));
+                let p = plan(&table, &others, &HashSet::new(), me, &owned, now, limits(usize::MAX));
                 if p.bid.is_some() {
                     bids.insert(me.clone());
                 }
