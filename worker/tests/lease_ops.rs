@@ -184,3 +184,60 @@ async fn lease_demo_items_are_compatible_and_missing_items_are_not_created() {
     assert!(matches!(missing, Outcome::Refused { .. }));
     assert!(lease_table::get(&c, TABLE, "nope").await.unwrap().is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_signal_counts_releases_tracks_draining_owners_and_is_never_a_stream() {
+    let _serial = SERIAL.lock().await;
+    let ddb = dynamo(&["s"]).await;
+    let c = ddb.client();
+
+    // No item yet: generation 0, nobody draining.
+    let signal = ops::fleet_read(&c, TABLE).await.unwrap();
+    assert_eq!((signal.generation, signal.draining.len()), (0, 0));
+
+    ops::fleet_bump(&c, TABLE, "a", Some(true), 1)
+        .await
+        .unwrap();
+    ops::fleet_bump(&c, TABLE, "b", Some(true), 2)
+        .await
+        .unwrap();
+    ops::fleet_bump(&c, TABLE, "a", None, 3).await.unwrap();
+    let signal = ops::fleet_read(&c, TABLE).await.unwrap();
+    let mut draining = signal.draining.clone();
+    draining.sort();
+    assert_eq!(
+        (signal.generation, draining),
+        (3, vec!["a".into(), "b".into()])
+    );
+
+    // Forgetting removes without bumping; removing an absent owner is harmless.
+    ops::fleet_forget(&c, TABLE, &["a".into(), "zz".into()], 4)
+        .await
+        .unwrap();
+    ops::fleet_bump(&c, TABLE, "b", Some(false), 5)
+        .await
+        .unwrap();
+    let signal = ops::fleet_read(&c, TABLE).await.unwrap();
+    assert_eq!((signal.generation, signal.draining.len()), (4, 0));
+
+    // The reserved item is not a stream: neither the shared scan nor a worker acquires it.
+    let items = lease_table::scan_all(&c, TABLE).await.unwrap();
+    let ids: Vec<&str> = items.iter().map(|i| i.stream_id.as_str()).collect();
+    assert_eq!(ids, ["s"]);
+    let metrics = std::sync::Arc::new(lease_worker::metrics::Metrics::new());
+    let table = lease_worker::lease::LeaseTable::new(c.clone(), TABLE, "w", metrics);
+    let view = table
+        .scan(std::time::Duration::from_secs(5), true)
+        .await
+        .unwrap();
+    let ids: Vec<&str> = view.items.iter().map(|i| i.stream_id.as_str()).collect();
+    assert_eq!(ids, ["s"]);
+    assert_eq!(
+        table
+            .fleet_read(std::time::Duration::from_secs(5))
+            .await
+            .unwrap()
+            .generation,
+        4
+    );
+}
