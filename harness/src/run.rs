@@ -291,9 +291,65 @@ impl Env<'_> {
         let _sampler_guard = AbortOnDrop(sampler);
         self.progress.set_phase("warm-up");
 
-        self.warm_up(fleet, sink, streams)
-            .await
-            .map_err(RunError::Failed)?;
+        // A failed warm-up still ends like any run (production stopped, final state recorded),
+        // so the report's figures describe what happened; only the faults and settle are skipped.
+        let warm = self.warm_up(fleet, sink, streams).await;
+        let mut errors = match &warm {
+            Ok(()) => self.inject_faults(fleet).await,
+            Err(e) => {
+                self.phase("warmup_failed", Some(e.clone()));
+                vec![e.clone()]
+            }
+        };
+
+        // End: stop production, settle, record the final state, drain the fleet.
+        upstream.stop_production();
+        let last_seqs = upstream.last_seqs();
+        self.phase("production_stopped", None);
+        if warm.is_ok() {
+            match self.settle(sink, &last_seqs).await {
+                Ok(()) => self.phase("settled", None),
+                Err(e) => {
+                    self.phase("settle_timeout", Some(e.clone()));
+                    errors.push(e);
+                }
+            }
+        }
+        for (stream_id, last_seq) in &last_seqs {
+            self.recorder.record(Record::UpstreamFinal(UpstreamFinal {
+                stream_id: stream_id.clone(),
+                last_seq: *last_seq,
+            }));
+        }
+        match lease_table::scan_all(&self.client, table).await {
+            Ok(items) => {
+                for item in items {
+                    self.recorder
+                        .record(Record::CheckpointFinal(CheckpointFinal {
+                            stream_id: item.stream_id,
+                            owner_id: item.owner_id,
+                            fence_token: item.fence_token,
+                            checkpoint: item.checkpoint,
+                        }));
+                }
+            }
+            Err(e) => errors.push(format!("reading the final table state: {e}")),
+        }
+        let grace =
+            Duration::from_millis(s.fleet.drain_ms.unwrap_or(20_000)) + SHUTDOWN_GRACE_EXTRA;
+        let killed = fleet.shutdown(grace).await;
+        self.phase(
+            "drained",
+            (!killed.is_empty())
+                .then(|| format!("SIGKILLed after {grace:?}: {}", killed.join(", "))),
+        );
+        Ok(errors)
+    }
+
+    /// Runs the fault schedule for `duration_ms` from now; returns the problems met.
+    async fn inject_faults(&self, fleet: &Fleet) -> Vec<String> {
+        let s = self.scenario;
+        let table = lease_table::DEFAULT_TABLE;
 
         // Faults, each on its own task so a pause or a deploy does not hold up the next one.
         let injector = Injector {
@@ -333,52 +389,12 @@ impl Env<'_> {
         }
         drop(tasks);
         self.phase("faults_done", None);
-        let mut errors = injector
+        let errors = injector
             .errors
             .lock()
             .expect("errors lock poisoned")
             .clone();
-
-        // End: stop production, settle, record the final state, drain the fleet.
-        upstream.stop_production();
-        let last_seqs = upstream.last_seqs();
-        self.phase("production_stopped", None);
-        match self.settle(sink, &last_seqs).await {
-            Ok(()) => self.phase("settled", None),
-            Err(e) => {
-                self.phase("settle_timeout", Some(e.clone()));
-                errors.push(e);
-            }
-        }
-        for (stream_id, last_seq) in &last_seqs {
-            self.recorder.record(Record::UpstreamFinal(UpstreamFinal {
-                stream_id: stream_id.clone(),
-                last_seq: *last_seq,
-            }));
-        }
-        match lease_table::scan_all(&self.client, table).await {
-            Ok(items) => {
-                for item in items {
-                    self.recorder
-                        .record(Record::CheckpointFinal(CheckpointFinal {
-                            stream_id: item.stream_id,
-                            owner_id: item.owner_id,
-                            fence_token: item.fence_token,
-                            checkpoint: item.checkpoint,
-                        }));
-                }
-            }
-            Err(e) => errors.push(format!("reading the final table state: {e}")),
-        }
-        let grace =
-            Duration::from_millis(s.fleet.drain_ms.unwrap_or(20_000)) + SHUTDOWN_GRACE_EXTRA;
-        let killed = fleet.shutdown(grace).await;
-        self.phase(
-            "drained",
-            (!killed.is_empty())
-                .then(|| format!("SIGKILLed after {grace:?}: {}", killed.join(", "))),
-        );
-        Ok(errors)
+        errors
     }
 
     /// Waits until every stream has an owner and accepted traffic, within `warmup_ms`.
