@@ -348,8 +348,9 @@ fn a_fleet_that_cannot_warm_up_fails_with_exit_1_and_a_reason() {
     assert_eq!(report["passed"], false);
     let error = report["errors"][0].as_str().unwrap();
     assert!(error.contains("every worker exited"), "{error}");
-    // The run still ended properly: what the upstream produced is on record, so the gaps are real.
-    assert!(report["totals"]["events_produced"].as_u64().unwrap() > 0);
+    // The run still ended properly: what the upstream produced (possibly nothing, when every
+    // worker is gone before the first tick) is on record, and all of it counts as gaps.
+    assert!(report["totals"]["events_produced"].is_u64());
     assert_eq!(
         report["totals"]["gaps"],
         report["totals"]["events_produced"]
