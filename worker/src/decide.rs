@@ -391,7 +391,8 @@ pub fn plan(
         let excess = (owned.len() - target).min(limits.per_round);
         shed = mine.into_iter().take(excess).cloned().collect();
     }
-    // Starved while someone holds more than the fair share: bid on their best-ranked stream.
+    // Below the fair share while someone holds at least two more: bid on their best-ranked
+    // stream, which makes this worker count as a live owner everywhere.
     let mut bid = None;
     if owned.len() < target && acquire.is_empty() && deferred == 0 {
         let busiest = held_by
@@ -400,7 +401,10 @@ pub fn plan(
                 **owner != me
                     && !dead.contains(*owner)
                     && !draining.contains(**owner)
-                    && streams.len() > target
+                    // More than one above us: taking one from them narrows the spread. A
+                    // bar at `target` alone would leave a late worker starved whenever the
+                    // early ones hold exactly their (too small a fleet's) share.
+                    && streams.len() > owned.len() + 1
             })
             .max_by_key(|(owner, streams)| (streams.len(), std::cmp::Reverse(**owner)));
         if let Some((_, streams)) = busiest {
