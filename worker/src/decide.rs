@@ -288,6 +288,15 @@ impl FenceBook {
     }
 }
 
+/// A starved worker's bid on a held stream, as read from the table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bid {
+    pub stream_id: String,
+    pub bidder: String,
+    /// Unix ms of the bid.
+    pub at: i64,
+}
+
 /// Inputs of one acquisition round.
 #[derive(Debug, Clone, Copy)]
 pub struct PlanLimits {
@@ -314,9 +323,12 @@ pub struct Plan {
     pub watch: Vec<(String, i64)>,
     /// Candidates that were acquirable but left for a later round.
     pub deferred: usize,
-    /// A held stream on which to record a bid (this worker is starved while an owner holds more
-    /// than the fair share; the bid makes this worker count as a live owner for everyone).
+    /// A held stream on which to record a bid (this worker is below the fair share while an
+    /// owner holds at least two more than it; the bid makes this worker count as a live owner
+    /// for everyone, and asks that owner to hand the stream over).
     pub bid: Option<String>,
+    /// Owned streams in `shed` because a bidder holding at least two fewer asked for them.
+    pub honoured: Vec<String>,
 }
 
 /// Decides what to acquire, shed and watch from a view of the table at `now_ms`.
@@ -324,12 +336,19 @@ pub struct Plan {
 /// Live owners are the distinct holders of unexpired leases, excluding any owner with an
 /// expired lease (a healthy owner never lets one lapse) and any owner announced as `draining`
 /// (it is about to release everything, so its streams belong to the remaining share), plus
-/// workers with a fresh bid (`bidders`), plus `me`. Candidates are free items,
+/// workers with a fresh bid (`bids`: the caller passes only fresh bids of other workers), plus
+/// `me`. Candidates are free items,
 /// expired ones, and items naming `me` that this process does not run. They are ordered by a
 /// hash of `(me, stream)` so that workers prefer different streams and contend less.
+///
+/// Balance: a worker above `target + 1` sheds its excess. A worker below the target with nothing
+/// to take bids on a stream of an owner holding at least two more than it; that owner hands the
+/// stream over (sheds it) when it still holds at least two more than the bidder. Both sides
+/// apply the same "two more" rule, so a bid is answered rather than repeated forever, and each
+/// hand-over narrows the spread (the sum of squares of the counts falls), so bidding stops.
 pub fn plan(
     items: &[LeaseItem],
-    bidders: &HashSet<String>,
+    bids: &[Bid],
     draining: &HashSet<String>,
     me: &str,
     owned: &HashSet<String>,
@@ -365,10 +384,9 @@ pub fn plan(
     }
     live.retain(|owner| !dead.contains(owner) && !draining.contains(*owner));
     live.extend(
-        bidders
-            .iter()
-            .map(String::as_str)
-            .filter(|b| !draining.contains(*b)),
+        bids.iter()
+            .map(|b| b.bidder.as_str())
+            .filter(|b| *b != me && !draining.contains(*b)),
     );
     live.remove(me);
     let live_owners = live.len() + 1;
@@ -390,6 +408,31 @@ pub fn plan(
         mine.sort_by_key(|id| std::cmp::Reverse((rank(me, id), id.as_str())));
         let excess = (owned.len() - target).min(limits.per_round);
         shed = mine.into_iter().take(excess).cloned().collect();
+    }
+    // Answer bids on owned streams from workers holding at least two fewer (one stream per
+    // bidder per round: its count changes as soon as it takes one).
+    let mut honoured = Vec::new();
+    let mut answered: HashSet<&str> = HashSet::new();
+    let mut mine_after = owned.len() - shed.len();
+    let mut on_mine: Vec<&Bid> = bids
+        .iter()
+        .filter(|b| b.bidder != me && owned.contains(&b.stream_id))
+        .filter(|b| !draining.contains(&b.bidder))
+        .collect();
+    on_mine.sort_by(|x, y| (x.at, &x.stream_id).cmp(&(y.at, &y.stream_id)));
+    for bid in on_mine {
+        let theirs = held_by.get(bid.bidder.as_str()).map_or(0, Vec::len);
+        if shed.len() >= limits.per_round
+            || answered.contains(bid.bidder.as_str())
+            || shed.contains(&bid.stream_id)
+            || mine_after < theirs + 2
+        {
+            continue;
+        }
+        answered.insert(bid.bidder.as_str());
+        shed.push(bid.stream_id.clone());
+        honoured.push(bid.stream_id.clone());
+        mine_after -= 1;
     }
     // Below the fair share while someone holds at least two more: bid on their best-ranked
     // stream, which makes this worker count as a live owner everywhere.
@@ -422,7 +465,28 @@ pub fn plan(
         watch,
         deferred,
         bid,
+        honoured,
     }
+}
+
+/// When to try next for a stream someone else holds: the earliest `expires + skew + 1` still in
+/// the future, over `items` not in `owned`. Computed again after an acquire round, whose refusals
+/// reveal leases renewed (or taken) since the scan.
+pub fn next_watch(
+    items: &[LeaseItem],
+    me: &str,
+    owned: &HashSet<String>,
+    now_ms: i64,
+    skew_ms: i64,
+) -> Option<i64> {
+    items
+        .iter()
+        .filter(|i| !owned.contains(&i.stream_id))
+        .filter(|i| i.owner_id.as_deref().is_some_and(|o| o != me))
+        .filter_map(|i| i.lease_expires_at)
+        .map(|expires| expires + skew_ms + 1)
+        .filter(|at| *at > now_ms)
+        .min()
 }
 
 /// A stable per-(worker, stream) preference: FNV-1a of both names.

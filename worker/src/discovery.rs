@@ -24,12 +24,14 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::config::{AcquireMode, Config};
-use crate::decide::{self, FenceBook, PlanLimits};
+use crate::decide::{self, Bid, FenceBook, PlanLimits};
 use crate::http::Readiness;
 use crate::stream::{self, Acquired, Control, Exit, Shared, AWS_CALL_TIMEOUT};
 
-/// At most this many acquisitions (and sheds) per round, so a cold start spreads.
+/// At most this many acquisitions (and sheds) in a first round, so a cold start spreads.
 pub const PER_ROUND: usize = 8;
+/// The ceiling of the per-round ramp (see `Supervisor::per_round`).
+pub const MAX_PER_ROUND: usize = 64;
 /// While below the fair share with candidates left, the next scan comes this soon.
 pub const FAST_RESCAN: Duration = Duration::from_millis(250);
 /// Each scan page may take this long.
@@ -54,10 +56,14 @@ pub struct Supervisor {
     owned: HashMap<String, Owned>,
     tasks: JoinSet<(String, Exit)>,
     known: Vec<LeaseItem>,
-    bids: Vec<(String, i64)>,
+    bids: Vec<Bid>,
     fences: FenceBook,
     recently_shed: HashMap<String, Instant>,
     next_watch_ms: Option<i64>,
+    /// Acquisitions allowed in the next round: [`PER_ROUND`], doubled after each round that
+    /// took its fill and left candidates behind (a cold start fills a large share in a few
+    /// rounds instead of share / 8), back to [`PER_ROUND`] once a round wants nothing more.
+    per_round: usize,
     /// Last fleet generation read (`None` before the first read).
     fleet_generation: Option<u64>,
     /// Owners the fleet signal names as draining (never this worker while it runs).
@@ -78,6 +84,7 @@ impl Supervisor {
             fences: FenceBook::default(),
             recently_shed: HashMap::new(),
             next_watch_ms: None,
+            per_round: PER_ROUND,
             fleet_generation: None,
             draining_owners: HashSet::new(),
         }
@@ -86,7 +93,7 @@ impl Supervisor {
     fn limits(&self) -> PlanLimits {
         PlanLimits {
             max_streams: self.config.max_streams,
-            per_round: PER_ROUND,
+            per_round: self.per_round,
             skew_ms: self.config.skew_margin.as_millis() as i64,
         }
     }
@@ -228,7 +235,10 @@ impl Supervisor {
                     i.owner_id.as_deref() == Some(owner.as_str())
                         && i.lease_expires_at.is_some_and(|t| t >= now_ms)
                 });
-                let bids = self.bids.iter().any(|(b, at)| b == *owner && *at >= fresh);
+                let bids = self
+                    .bids
+                    .iter()
+                    .any(|b| b.bidder == **owner && b.at >= fresh);
                 !holds && !bids
             })
             .cloned()
@@ -241,15 +251,15 @@ impl Supervisor {
             let table = self.shared.table.clone();
             tokio::spawn(async move { table.fleet_forget(&gone, FLEET_TIMEOUT).await });
         }
-        let bidders: HashSet<String> = self
+        let bids: Vec<Bid> = self
             .bids
             .iter()
-            .filter(|(bidder, at)| *at >= fresh && **bidder != *me)
-            .map(|(bidder, _)| bidder.clone())
+            .filter(|b| b.at >= fresh && *b.bidder != *me)
+            .cloned()
             .collect();
         let plan = decide::plan(
             &self.known,
-            &bidders,
+            &bids,
             &self.draining_owners,
             &me,
             &owned,
@@ -298,16 +308,34 @@ impl Supervisor {
             .take(want)
             .collect();
         for stream_id in shed {
-            self.release_one(&stream_id, "shed");
+            let reason = if plan.honoured.contains(&stream_id) {
+                "bid"
+            } else {
+                "shed"
+            };
+            self.release_one(&stream_id, reason);
         }
 
-        self.next_watch_ms = plan
-            .watch
-            .iter()
-            .map(|(_, at)| *at)
-            .filter(|at| *at > now_ms)
-            .min();
-        (plan.deferred > 0 || raced) && self.owned.len() < plan.target
+        // After the acquires: a refusal brought back the lease as it is now (renewed since the
+        // scan, or just taken by a competitor), and that expiry is the one to watch.
+        let owned: HashSet<String> = self.owned.keys().cloned().collect();
+        self.next_watch_ms = decide::next_watch(
+            &self.known,
+            &me,
+            &owned,
+            lease_table::now_ms(),
+            self.limits().skew_ms,
+        );
+        let filled = attempts.len() >= self.per_round && !raced;
+        let hurry = (plan.deferred > 0 || raced) && self.owned.len() < plan.target;
+        self.per_round = if hurry && filled {
+            (self.per_round * 2).min(MAX_PER_ROUND)
+        } else if hurry {
+            self.per_round
+        } else {
+            PER_ROUND
+        };
+        hurry
     }
 
     /// Tries every stream in `streams` at once; returns true when any race was lost.
@@ -319,7 +347,7 @@ impl Supervisor {
         let skew = self.config.skew_margin;
         let table = &self.shared.table;
         let results = join_all(streams.iter().map(|stream_id| async move {
-            let started = Instant::now();
+            let started = (Instant::now(), lease_table::now_ms());
             let result = table
                 .acquire(stream_id, lease, skew, AWS_CALL_TIMEOUT)
                 .await;
@@ -354,7 +382,7 @@ impl Supervisor {
         }
     }
 
-    fn start(&mut self, item: LeaseItem, started: Instant) {
+    fn start(&mut self, item: LeaseItem, (started, started_unix_ms): (Instant, i64)) {
         let fence = item.fence_token.unwrap_or(0);
         let stream_id = item.stream_id.clone();
         self.remember(item.clone());
@@ -367,6 +395,8 @@ impl Supervisor {
             fence,
             checkpoint: item.checkpoint.unwrap_or(0),
             started,
+            started_unix_ms,
+            answered: Instant::now(),
         };
         self.shared.metrics.acquisitions.inc();
         let (control, rx) = watch::channel(Control::Run);
@@ -402,11 +432,15 @@ impl Supervisor {
         owned.releasing = true;
         let by = Instant::now() + self.config.drain.min(self.config.lease / 2);
         let _ = owned.control.send(Control::Release { by, reason });
-        if reason == "shed" {
-            self.recently_shed
-                .insert(stream_id.to_string(), Instant::now());
-            tracing::info!(%stream_id, "shedding a stream above the fair share");
+        match reason {
+            "shed" => tracing::info!(%stream_id, "shedding a stream above the fair share"),
+            "bid" => {
+                tracing::info!(%stream_id, "handing a stream over to a bidder holding two fewer")
+            }
+            _ => return,
         }
+        self.recently_shed
+            .insert(stream_id.to_string(), Instant::now());
     }
 
     fn on_exit(&mut self, joined: Result<(String, Exit), tokio::task::JoinError>) {
@@ -415,7 +449,7 @@ impl Supervisor {
                 self.owned.remove(&stream_id);
                 tracing::debug!(%stream_id, ?exit, "stream task ended");
                 if exit == Exit::Released {
-                    // A shed: tell the others (a starved bidder is waiting for exactly this).
+                    // A shed or a hand-over: tell the others (a starved bidder is waiting for exactly this).
                     self.announce_release();
                 }
             }

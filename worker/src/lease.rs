@@ -14,6 +14,7 @@ use aws_sdk_dynamodb::Client;
 use lease_table::ops::{self, ErrorKind, FleetSignal, Holder, OpError, Outcome};
 use lease_table::LeaseItem;
 
+use crate::decide::Bid;
 use crate::metrics::Metrics;
 
 /// The IAM actions of every DynamoDB operation this worker calls.
@@ -26,11 +27,11 @@ pub const BID_OWNER: &str = "bid_owner";
 /// Extra attribute: Unix ms of the bid; bids older than one lease are ignored.
 pub const BID_AT: &str = "bid_at";
 
-/// One discovery scan: the lease items and the bids seen on them (`(bidder, unix ms)`).
+/// One discovery scan: the lease items and the bids seen on them.
 #[derive(Debug, Clone, Default)]
 pub struct ScanView {
     pub items: Vec<LeaseItem>,
-    pub bids: Vec<(String, i64)>,
+    pub bids: Vec<Bid>,
 }
 
 /// Why a call produced no answer.
@@ -292,17 +293,25 @@ impl LeaseTable {
                 {
                     continue;
                 }
-                match LeaseItem::from_item(raw) {
-                    Ok(item) => view.items.push(item),
-                    Err(e) => tracing::warn!(error = %e, "skipping a malformed lease item"),
-                }
+                let item = match LeaseItem::from_item(raw) {
+                    Ok(item) => item,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "skipping a malformed lease item");
+                        continue;
+                    }
+                };
                 if let (Some(AttributeValue::S(bidder)), Some(AttributeValue::N(at))) =
                     (raw.get(BID_OWNER), raw.get(BID_AT))
                 {
                     if let Ok(at) = at.parse::<i64>() {
-                        view.bids.push((bidder.clone(), at));
+                        view.bids.push(Bid {
+                            stream_id: item.stream_id.clone(),
+                            bidder: bidder.clone(),
+                            at,
+                        });
                     }
                 }
+                view.items.push(item);
             }
             match page.last_evaluated_key() {
                 Some(key) if !key.is_empty() => start_key = Some(key.clone()),

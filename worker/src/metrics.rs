@@ -37,7 +37,7 @@ pub const LOST_REASONS: &[&str] = &["renew_refused", "deadline", "sink_fenced"];
 /// Sink rejection statuses (`status`): `409`, `5xx`, `4xx`, `timeout`, `connect`.
 pub const SINK_STATUSES: &[&str] = &["409", "5xx", "4xx", "timeout", "connect"];
 /// Release reasons (`reason`).
-pub const RELEASE_REASONS: &[&str] = &["drain", "shed"];
+pub const RELEASE_REASONS: &[&str] = &["drain", "shed", "bid"];
 /// Gap kinds (`kind`): an upstream gap notice, or a sequence jump without one.
 pub const GAP_KINDS: &[&str] = &["notice", "sequence_jump"];
 

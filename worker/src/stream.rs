@@ -70,6 +70,27 @@ pub struct Acquired {
     pub checkpoint: u64,
     /// When the acquiring request started (the local deadline counts from here).
     pub started: Instant,
+    /// The same instant on the wall clock (Unix ms), for the phase log line.
+    pub started_unix_ms: i64,
+    /// When the acquiring request was answered.
+    pub answered: Instant,
+}
+
+/// Where a fresh acquisition's time goes until its first batch is accepted, logged once per
+/// acquisition as "first batch accepted" (`harness bench takeover` reads it for the phase split).
+#[derive(Debug, Clone, Copy)]
+struct Phases {
+    started_unix_ms: i64,
+    started: Instant,
+    answered: Instant,
+    connected: Option<Instant>,
+    first_event: Option<Instant>,
+}
+
+impl Phases {
+    fn ms(from: Instant, to: Option<Instant>) -> Option<u64> {
+        to.map(|t| t.saturating_duration_since(from).as_millis() as u64)
+    }
 }
 
 /// Instructions from the supervisor.
@@ -77,7 +98,7 @@ pub struct Acquired {
 pub enum Control {
     /// Keep consuming.
     Run,
-    /// Flush, checkpoint and release by `by`; `reason` is the metric label (`drain` | `shed`).
+    /// Flush, checkpoint and release by `by`; `reason` is the metric label (`drain` | `shed` | `bid`).
     Release { by: Instant, reason: &'static str },
 }
 
@@ -168,6 +189,8 @@ struct Runner {
     renewing: Option<(Renewal, BoxFut<RenewResult>)>,
     renew_at: Option<Instant>,
     renew_attempt: u32,
+    /// Until the first accepted batch.
+    phases: Option<Phases>,
 }
 
 impl Runner {
@@ -205,7 +228,33 @@ impl Runner {
             retry: None,
             renewing: None,
             renew_attempt: 0,
+            phases: Some(Phases {
+                started_unix_ms: acquired.started_unix_ms,
+                started: acquired.started,
+                answered: acquired.answered,
+                connected: None,
+                first_event: None,
+            }),
         }
+    }
+
+    /// Logs the phase split of this acquisition once its first batch is accepted.
+    fn log_phases(&mut self, now: Instant, events: usize) {
+        let Some(p) = self.phases.take() else {
+            return;
+        };
+        tracing::info!(
+            stream_id = %self.id,
+            fence_token = self.core.fence(),
+            acquire_started_unix_ms = p.started_unix_ms,
+            acquire_ms = Phases::ms(p.started, Some(p.answered)),
+            connect_ms = Phases::ms(p.answered, p.connected),
+            first_event_ms = p.connected.and_then(|c| Phases::ms(c, p.first_event)),
+            first_accept_ms = p.first_event.and_then(|f| Phases::ms(f, Some(now))),
+            total_ms = Phases::ms(p.started, Some(now)),
+            first_batch_events = events,
+            "first batch accepted"
+        );
     }
 
     fn buffer_cap(&self) -> usize {
@@ -467,6 +516,7 @@ impl Runner {
         match answer {
             SinkAnswer::Accepted(_) => {
                 self.core.on_sink_accepted(post.through);
+                self.log_phases(now, post.count);
                 self.shared
                     .metrics
                     .events_published
@@ -520,7 +570,12 @@ impl Runner {
 
     fn on_connected(&mut self, conn: Result<Box<Ws>, String>) {
         match conn {
-            Ok(ws) => self.upstream = Upstream::Open(ws),
+            Ok(ws) => {
+                if let Some(p) = self.phases.as_mut() {
+                    p.connected.get_or_insert_with(Instant::now);
+                }
+                self.upstream = Upstream::Open(ws);
+            }
             Err(e) => {
                 tracing::warn!(stream_id = %self.id, error = %e, "upstream connect failed");
                 self.reconnect_later();
@@ -563,6 +618,9 @@ impl Runner {
             }
         }
         if took_any {
+            if let Some(p) = self.phases.as_mut() {
+                p.first_event.get_or_insert_with(Instant::now);
+            }
             self.connect_attempt = 0;
             self.stats.taken.store(self.core.taken(), Ordering::Relaxed);
             self.stats

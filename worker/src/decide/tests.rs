@@ -2,6 +2,7 @@
 
 use super::*;
 use proptest::prelude::*;
+use std::collections::HashMap;
 
 const LEASE: Duration = Duration::from_millis(3000);
 const MARGIN: Duration = Duration::from_millis(300);
@@ -124,7 +125,7 @@ fn free_and_expired_streams_are_candidates_held_ones_are_watched() {
     ];
     let plan = plan(
         &items,
-        &HashSet::new(),
+        &[],
         &HashSet::new(),
         "me",
         &HashSet::new(),
@@ -158,7 +159,7 @@ fn an_owner_with_a_lapsed_lease_is_not_counted_live() {
     ];
     let plan = plan(
         &items,
-        &HashSet::new(),
+        &[],
         &HashSet::new(),
         "me",
         &HashSet::new(),
@@ -182,7 +183,7 @@ fn a_draining_owner_is_not_counted_live_and_its_released_streams_are_taken() {
     let draining: HashSet<String> = ["x".to_string()].into();
     let plan = plan(
         &items,
-        &HashSet::new(),
+        &[],
         &draining,
         "me",
         &HashSet::new(),
@@ -208,7 +209,7 @@ fn a_draining_owner_is_not_counted_live_and_its_released_streams_are_taken() {
 fn plan_without_draining(items: &[LeaseItem], now: i64) -> Plan {
     plan(
         items,
-        &HashSet::new(),
+        &[],
         &HashSet::new(),
         "me",
         &HashSet::new(),
@@ -228,7 +229,7 @@ fn excess_above_fair_share_plus_one_is_shed() {
     // 11 streams, 2 live owners: target 6, owned 10 → shed 4.
     let plan = plan(
         &items,
-        &HashSet::new(),
+        &[],
         &HashSet::new(),
         "me",
         &owned,
@@ -239,6 +240,108 @@ fn excess_above_fair_share_plus_one_is_shed() {
     assert_eq!(plan.shed.len(), 4);
     assert!(plan.shed.iter().all(|s| owned.contains(s)));
     assert!(plan.acquire.is_empty());
+}
+
+fn bid(stream: &str, bidder: &str) -> Bid {
+    Bid {
+        stream_id: stream.to_string(),
+        bidder: bidder.to_string(),
+        at: 0,
+    }
+}
+
+#[test]
+fn a_bid_from_a_worker_two_below_is_answered_and_only_then() {
+    let now = 0;
+    // 7 streams, me 3, b 1, c 3 → target ⌈7/3⌉ = 3: the excess rule sheds nothing.
+    let mut items: Vec<LeaseItem> = (0..3)
+        .map(|i| item(&format!("s{i}"), Some("me"), Some(now + 9_000)))
+        .collect();
+    items.push(item("t0", Some("b"), Some(now + 9_000)));
+    items.extend((0..3).map(|i| item(&format!("u{i}"), Some("c"), Some(now + 9_000))));
+    let owned: HashSet<String> = (0..3).map(|i| format!("s{i}")).collect();
+    let run = |items: &[LeaseItem], bids: &[Bid]| {
+        plan(
+            items,
+            bids,
+            &HashSet::new(),
+            "me",
+            &owned,
+            now,
+            limits(usize::MAX),
+        )
+    };
+    let quiet = run(&items, &[]);
+    assert_eq!(quiet.target, 3);
+    assert!(quiet.shed.is_empty());
+
+    // b (1) bids on s1: me (3) holds two more, so it hands s1 over.
+    let answered = run(&items, &[bid("s1", "b")]);
+    assert_eq!(answered.shed, ["s1"]);
+    assert_eq!(answered.honoured, ["s1"]);
+
+    // A bid on a stream that is not mine, or from a worker only one below, is not answered.
+    assert!(run(&items, &[bid("u0", "b")]).shed.is_empty());
+    items.push(item("t1", Some("b"), Some(now + 9_000)));
+    let close = run(&items, &[bid("s1", "b")]);
+    assert!(close.shed.is_empty(), "{close:?}");
+}
+
+#[test]
+fn a_worker_bids_only_on_an_owner_two_above_it() {
+    let now = 0;
+    // 7 streams: a holds 3, b holds 3, me holds 1 → target ⌈7/3⌉ = 3, nothing free.
+    let mut items = vec![item("m0", Some("me"), Some(now + 9_000))];
+    items.extend((0..3).map(|i| item(&format!("a{i}"), Some("a"), Some(now + 9_000))));
+    items.extend((0..3).map(|i| item(&format!("b{i}"), Some("b"), Some(now + 9_000))));
+    let owned: HashSet<String> = ["m0".to_string()].into();
+    let p = plan(
+        &items,
+        &[],
+        &HashSet::new(),
+        "me",
+        &owned,
+        now,
+        limits(usize::MAX),
+    );
+    let target = p.bid.expect("me (1) is two below a and b (3)");
+    assert!(
+        target.starts_with('a'),
+        "ties go to the lower owner name: {target}"
+    );
+    // With two of its own, nobody holds two more: no bid.
+    items.push(item("m1", Some("me"), Some(now + 9_000)));
+    let owned: HashSet<String> = ["m0".to_string(), "m1".to_string()].into();
+    let p = plan(
+        &items,
+        &[],
+        &HashSet::new(),
+        "me",
+        &owned,
+        now,
+        limits(usize::MAX),
+    );
+    assert_eq!(p.bid, None);
+}
+
+#[test]
+fn the_next_watch_is_the_earliest_future_expiry_of_others() {
+    let now = 10_000;
+    let items = vec![
+        item("mine", Some("me"), Some(now + 100)),
+        item("gone", Some("a"), Some(now - 5_000)),
+        item("soon", Some("a"), Some(now + 700)),
+        item("late", Some("b"), Some(now + 3_000)),
+        item("free", None, None),
+        item("run", Some("x"), Some(now + 50)),
+    ];
+    let owned: HashSet<String> = ["run".to_string()].into();
+    assert_eq!(next_watch(&items, "me", &owned, now, 200), Some(now + 901));
+    assert_eq!(
+        next_watch(&items, "me", &owned, now + 901, 200),
+        Some(now + 3_201)
+    );
+    assert_eq!(next_watch(&items, "me", &owned, now + 3_201, 200), None);
 }
 
 fn arb_items() -> impl Strategy<Value = Vec<LeaseItem>> {
@@ -380,7 +483,7 @@ proptest! {
             .map(|(i, _)| i.stream_id.clone())
             .collect();
         let l = limits(max);
-        let p = plan(&items, &HashSet::new(), &HashSet::new(), "me", &owned, now, l);
+        let p = plan(&items, &[], &HashSet::new(), "me", &owned, now, l);
         prop_assert!(p.target <= max);
         prop_assert!(p.acquire.len() <= l.per_round);
         prop_assert!(owned.len() + p.acquire.len() <= p.target.max(owned.len()));
@@ -398,39 +501,57 @@ proptest! {
         }
     }
 
-    /// Workers planning in turn over one table (a cold start, then a churn of rounds) end with
-    /// every stream owned and nobody above ⌈streams / workers⌉ + 1.
+    /// Workers planning in turn over one table (a cold start, then a churn of rounds, with
+    /// bids written on items and answered by their holders) settle: every stream owned, counts
+    /// within one of each other, nobody above ⌈streams / workers⌉ + 1, and then nothing moves
+    /// and nobody bids any more.
     #[test]
     fn cold_start_spreads_over_workers(workers in 1usize..12, streams in 0usize..120) {
         let names: Vec<String> = (0..workers).map(|w| format!("w{w}")).collect();
         let mut table: Vec<LeaseItem> = (0..streams).map(|s| item(&format!("s{s:03}"), None, None)).collect();
         let now = 1_000_000;
-        let mut bids: HashSet<String> = HashSet::new();
-        for _round in 0..40 {
+        // One bid slot per item, as in the table.
+        let mut bids: HashMap<String, Bid> = HashMap::new();
+        let rounds = 200;
+        let mut last_change = 0;
+        let mut last_bid = 0;
+        for round in 0..rounds {
             for me in &names {
                 let owned: HashSet<String> = table
                     .iter()
                     .filter(|i| i.owner_id.as_deref() == Some(me.as_str()))
                     .map(|i| i.stream_id.clone())
                     .collect();
-                let others: HashSet<String> = bids.iter().filter(|b| *b != me).cloned().collect();
+                let others: Vec<Bid> = bids.values().filter(|b| b.bidder != *me).cloned().collect();
                 let p = plan(&table, &others, &HashSet::new(), me, &owned, now, limits(usize::MAX));
-                if p.bid.is_some() {
-                    bids.insert(me.clone());
+                prop_assert!(p.honoured.iter().all(|s| p.shed.contains(s)));
+                if let Some(stream_id) = p.bid {
+                    last_bid = round;
+                    bids.insert(stream_id.clone(), Bid { stream_id, bidder: me.clone(), at: now });
                 }
                 for id in p.acquire {
                     let it = table.iter_mut().find(|i| i.stream_id == id).unwrap();
                     it.owner_id = Some(me.clone());
                     it.lease_expires_at = Some(now + 10_000);
+                    last_change = round;
                 }
                 for id in p.shed {
                     let it = table.iter_mut().find(|i| i.stream_id == id).unwrap();
                     it.owner_id = None;
                     it.lease_expires_at = None;
+                    last_change = round;
                 }
             }
         }
+        prop_assert!(last_change < rounds - 10, "ownership still moving in round {last_change}");
+        prop_assert!(last_bid < rounds - 10, "still bidding in round {last_bid}");
         prop_assert!(table.iter().all(|i| i.owner_id.is_some()), "a stream was left unowned");
+        let counts: Vec<usize> = names
+            .iter()
+            .map(|me| table.iter().filter(|i| i.owner_id.as_deref() == Some(me.as_str())).count())
+            .collect();
+        let (lo, hi) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+        prop_assert!(hi - lo <= 1, "counts {counts:?} spread more than one");
         let fair = streams.div_ceil(workers);
         for me in &names {
             let n = table.iter().filter(|i| i.owner_id.as_deref() == Some(me.as_str())).count();
