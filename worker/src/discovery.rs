@@ -15,8 +15,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::join_all;
-use futures_util::FutureExt;
+use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
 use lease_table::ops::Outcome;
 use lease_table::LeaseItem;
 use tokio::sync::watch;
@@ -40,6 +40,10 @@ pub const SCAN_PAGE_TIMEOUT: Duration = Duration::from_secs(5);
 /// `GetItem`s per worker-hour, 0.5 read request unit each (the item is tiny), whatever the table
 /// size. Not polled when `SCAN_SECONDS` is this short anyway, nor in `ACQUIRE_MODE=poll`.
 pub const FLEET_POLL: Duration = Duration::from_millis(150);
+/// How often the fleet signal is read while some owner is marked draining (a rolling deploy):
+/// its releases are announced within the drain, and seeing them sooner is the handoff time.
+/// 33 reads/s per worker, for the few seconds a deploy lasts.
+pub const FLEET_POLL_DRAINING: Duration = Duration::from_millis(30);
 /// A fleet read or bump may take this long.
 pub const FLEET_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -135,7 +139,8 @@ impl Supervisor {
                         let base = if hurry { FAST_RESCAN.min(self.config.scan) } else { self.config.scan };
                         next_scan = Instant::now() + self.jittered(base);
                     }
-                    next_fleet = Instant::now() + self.jittered(FLEET_POLL);
+                    let every = if self.draining_owners.is_empty() { FLEET_POLL } else { FLEET_POLL_DRAINING };
+                    next_fleet = Instant::now() + self.jittered(every);
                 }
                 _ = tokio::time::sleep_until(watch_at.unwrap_or(far)), if watch_at.is_some() => {
                     if self.acquire_round().await {
@@ -345,17 +350,24 @@ impl Supervisor {
         }
         let lease = self.config.lease;
         let skew = self.config.skew_margin;
-        let table = &self.shared.table;
-        let results = join_all(streams.iter().map(|stream_id| async move {
-            let started = (Instant::now(), lease_table::now_ms());
-            let result = table
-                .acquire(stream_id, lease, skew, AWS_CALL_TIMEOUT)
-                .await;
-            (stream_id.clone(), started, result)
-        }))
-        .await;
+        // Each stream starts as soon as its own acquire is answered, not when the slowest of
+        // the round is.
+        let mut pending: FuturesUnordered<_> = streams
+            .iter()
+            .map(|stream_id| {
+                let table = self.shared.table.clone();
+                let stream_id = stream_id.clone();
+                async move {
+                    let started = (Instant::now(), lease_table::now_ms());
+                    let result = table
+                        .acquire(&stream_id, lease, skew, AWS_CALL_TIMEOUT)
+                        .await;
+                    (stream_id, started, result)
+                }
+            })
+            .collect();
         let mut raced = false;
-        for (stream_id, started, result) in results {
+        while let Some((stream_id, started, result)) = pending.next().await {
             match result {
                 Ok(Outcome::Done(item)) => self.start(item, started),
                 Ok(Outcome::Refused { current }) => {

@@ -358,9 +358,12 @@ impl Runner {
                 }
             } else if self.retry.is_none() && !self.pending.is_empty() {
                 let full = self.pending.len() >= self.shared.batch_max_events;
-                let due = self
-                    .pending_since
-                    .is_some_and(|t| t + self.shared.batch_max_delay <= now);
+                // The first batch after an acquisition goes at once: it is the backlog since
+                // the checkpoint, already late, and it ends the takeover.
+                let due = self.phases.is_some()
+                    || self
+                        .pending_since
+                        .is_some_and(|t| t + self.shared.batch_max_delay <= now);
                 if full || due || self.release.is_some() {
                     let post = self.take_batch();
                     if let Some(exit) = self.start_post(post, now) {
