@@ -549,15 +549,7 @@ fn cloudformation_table_service_and_alarms_follow_the_design() {
     ] {
         assert!(alarmed.iter().any(|m| m == metric), "an alarm on {metric}");
     }
-    let task = read_json("ecs/task-definition.json");
-    let agent_config = container(&task, "cloudwatch-agent")["environment"]
-        .as_array()
-        .expect("agent environment")
-        .iter()
-        .find(|e| e["name"] == "CW_CONFIG_CONTENT")
-        .and_then(|e| e["value"].as_str())
-        .expect("CW_CONFIG_CONTENT")
-        .to_owned();
+    let agent_config = agent_config();
     for metric in &alarmed {
         let selector = format!("^{metric}$");
         assert!(
@@ -604,18 +596,22 @@ fn dockerfile_runs_the_binary_as_pid_1_as_non_root() {
     );
 }
 
-/// The `metric_selectors` of the agent configuration in the task definition, without `^…$`.
-fn forwarded_metrics() -> BTreeSet<String> {
+/// The CloudWatch agent's configuration (`CW_CONFIG_CONTENT`) in the task definition.
+fn agent_config() -> String {
     let task = read_json("ecs/task-definition.json");
-    let text = container(&task, "cloudwatch-agent")["environment"]
+    container(&task, "cloudwatch-agent")["environment"]
         .as_array()
         .expect("agent environment")
         .iter()
         .find(|e| e["name"] == "CW_CONFIG_CONTENT")
         .and_then(|e| e["value"].as_str())
         .expect("CW_CONFIG_CONTENT")
-        .to_owned();
-    let config: Value = serde_json::from_str(&text).expect("CW_CONFIG_CONTENT is JSON");
+        .to_owned()
+}
+
+/// The `metric_selectors` of the agent configuration in the task definition, without `^…$`.
+fn forwarded_metrics() -> BTreeSet<String> {
+    let config: Value = serde_json::from_str(&agent_config()).expect("CW_CONFIG_CONTENT is JSON");
     let declarations =
         &config["logs"]["metrics_collected"]["prometheus"]["emf_processor"]["metric_declaration"];
     declarations

@@ -26,27 +26,16 @@ fn assert_contiguous(sink: &TestSink, stream: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_owner_at_a_time_and_sigkill_hands_over_with_next_fence_from_checkpoint() {
     let _serial = SERIAL.lock().await;
-    let ddb = dynamo(&[STREAM]).await;
-    let client = ddb.client();
-    let (up, _upstream) = upstream(&[STREAM], 100.0).await;
-    let (sink_addr, sink) = TestSink::start().await;
-    let fleet = Fleet {
-        endpoint: ddb.endpoint().to_string(),
-        upstream: up,
-        sink: sink_addr,
-        lease: "2",
-        renew: "0.5",
-        scan: "0.5",
-        extra: vec![],
-    };
+    let rig = Rig::start(&[STREAM], 100.0).await;
+    let (client, sink) = (rig.ddb.client(), &rig.sink);
+    let fleet = rig.fleet();
     let mut workers = vec![fleet.spawn("worker-a"), fleet.spawn("worker-b")];
 
     // Phase 1: both run; exactly one owns the stream, as seen by the table, the workers and the sink.
-    let first = eventually(Duration::from_secs(30), || async {
-        sink.accepted(STREAM).first().cloned()
-    })
-    .await
-    .expect("some event reaches the sink");
+    let first = sink
+        .wait_accepted(STREAM, Duration::from_secs(30), |_| true)
+        .await
+        .expect("some event reaches the sink");
     let observe_until = Instant::now() + Duration::from_secs(3);
     while Instant::now() < observe_until {
         let mut owned = 0.0;
@@ -75,13 +64,10 @@ async fn one_owner_at_a_time_and_sigkill_hands_over_with_next_fence_from_checkpo
     owner.kill();
     let killed_at = Instant::now();
     let checkpoint = item(&client, STREAM).await.checkpoint.unwrap_or(0);
-    let next = eventually(Duration::from_secs(30), || async {
-        sink.accepted(STREAM)
-            .into_iter()
-            .find(|r| r.fence > first.fence)
-    })
-    .await
-    .expect("the survivor takes over");
+    let next = sink
+        .wait_accepted(STREAM, Duration::from_secs(30), |r| r.fence > first.fence)
+        .await
+        .expect("the survivor takes over");
     assert_eq!(next.owner, survivor.name);
     assert_eq!(next.fence, first.fence + 1);
     let taken_over = sink
@@ -103,7 +89,7 @@ async fn one_owner_at_a_time_and_sigkill_hands_over_with_next_fence_from_checkpo
     );
     // Let the new owner run a little, then nothing is missing and nothing stale was accepted.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_contiguous(&sink, STREAM);
+    assert_contiguous(sink, STREAM);
     let receipts = sink.receipts();
     assert!(receipts
         .iter()
@@ -115,26 +101,19 @@ async fn one_owner_at_a_time_and_sigkill_hands_over_with_next_fence_from_checkpo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_and_hands_over_without_waiting_for_expiry() {
     let _serial = SERIAL.lock().await;
-    let ddb = dynamo(&[STREAM]).await;
-    let client = ddb.client();
-    let (up, _upstream) = upstream(&[STREAM], 100.0).await;
-    let (sink_addr, sink) = TestSink::start().await;
+    let rig = Rig::start(&[STREAM], 100.0).await;
+    let (client, sink) = (rig.ddb.client(), &rig.sink);
     // A long lease: waiting for expiry would take 30 s; a handoff must take far less.
     let fleet = Fleet {
-        endpoint: ddb.endpoint().to_string(),
-        upstream: up,
-        sink: sink_addr,
         lease: "30",
         renew: "5",
-        scan: "0.5",
-        extra: vec![],
+        ..rig.fleet()
     };
     let mut a = fleet.spawn("worker-a");
-    let first = eventually(Duration::from_secs(30), || async {
-        sink.accepted(STREAM).first().cloned()
-    })
-    .await
-    .expect("worker-a publishes");
+    let first = sink
+        .wait_accepted(STREAM, Duration::from_secs(30), |_| true)
+        .await
+        .expect("worker-a publishes");
     assert_eq!(first.owner, "worker-a");
     let b = fleet.spawn("worker-b");
     let b_addr = b.metrics_addr().await.to_string();
@@ -172,13 +151,10 @@ async fn sigterm_drains_and_hands_over_without_waiting_for_expiry() {
         .unwrap();
     assert!(released.checkpoint.unwrap_or(0) >= last_a.min(released.checkpoint.unwrap_or(0)));
 
-    let next = eventually(Duration::from_secs(20), || async {
-        sink.accepted(STREAM)
-            .into_iter()
-            .find(|r| r.owner == "worker-b")
-    })
-    .await
-    .expect("worker-b takes over");
+    let next = sink
+        .wait_accepted(STREAM, Duration::from_secs(20), |r| r.owner == "worker-b")
+        .await
+        .expect("worker-b takes over");
     assert_eq!(next.fence, first.fence + 1);
     let took = next.at.duration_since(termed);
     assert!(
@@ -186,33 +162,23 @@ async fn sigterm_drains_and_hands_over_without_waiting_for_expiry() {
         "handoff took {took:?}, the lease is 30 s"
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_contiguous(&sink, STREAM);
+    assert_contiguous(sink, STREAM);
     drop(b);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publishing_stops_by_the_local_deadline_when_dynamodb_is_gone() {
     let _serial = SERIAL.lock().await;
-    let ddb = dynamo(&[STREAM]).await;
-    let (up, _upstream) = upstream(&[STREAM], 100.0).await;
-    let (sink_addr, sink) = TestSink::start().await;
-    let fleet = Fleet {
-        endpoint: ddb.endpoint().to_string(),
-        upstream: up,
-        sink: sink_addr,
-        lease: "2",
-        renew: "0.5",
-        scan: "0.5",
-        extra: vec![],
-    };
-    let w = fleet.spawn("worker-a");
+    let rig = Rig::start(&[STREAM], 100.0).await;
+    let sink = &rig.sink;
+    let w = rig.fleet().spawn("worker-a");
     eventually(Duration::from_secs(30), || async {
         (sink.accepted(STREAM).len() > 20).then_some(())
     })
     .await
     .expect("the worker publishes");
 
-    drop(ddb); // stops DynamoDB Local: renewals can no longer succeed
+    drop(rig.ddb); // stops DynamoDB Local: renewals can no longer succeed
     let stopped = Instant::now();
     // Keep watching well past the lease: the last accepted event must come before the lease
     // (counted from the last successful renewal, which is before `stopped`) plus slack.
@@ -236,54 +202,23 @@ async fn publishing_stops_by_the_local_deadline_when_dynamodb_is_gone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bare_and_lease_demo_items_are_acquired() {
     let _serial = SERIAL.lock().await;
-    let ddb = dynamo(&["bare"]).await;
-    let client = ddb.client();
-    // An item as the source design's lease_demo.py leaves it: owned, expired, no checkpoint.
+    let rig = Rig::start(&["bare", "demo"], 50.0).await;
+    let (client, sink) = (rig.ddb.client(), &rig.sink);
+    // An item as the source design's lease_demo.py leaves it (owned, expired, no checkpoint),
+    // written over the seeded one before any worker starts.
     let past = lease_table::now_ms() - 60_000;
-    client
-        .put_item()
-        .table_name(TABLE)
-        .item(
-            "stream_id",
-            aws_sdk_dynamodb::types::AttributeValue::S("demo".into()),
-        )
-        .item(
-            "owner_id",
-            aws_sdk_dynamodb::types::AttributeValue::S("python-demo".into()),
-        )
-        .item(
-            "lease_expires_at",
-            aws_sdk_dynamodb::types::AttributeValue::N(past.to_string()),
-        )
-        .item(
-            "fence_token",
-            aws_sdk_dynamodb::types::AttributeValue::N("5".into()),
-        )
-        .item(
-            "updated_at",
-            aws_sdk_dynamodb::types::AttributeValue::N(past.to_string()),
-        )
-        .send()
-        .await
-        .unwrap();
-    let (up, _upstream) = upstream(&["bare", "demo"], 50.0).await;
-    let (sink_addr, sink) = TestSink::start().await;
+    put_demo_item(&client, "demo", "python-demo", past, 5, past).await;
     let fleet = Fleet {
-        endpoint: ddb.endpoint().to_string(),
-        upstream: up,
-        sink: sink_addr,
         lease: "3",
         renew: "1",
-        scan: "0.5",
-        extra: vec![],
+        ..rig.fleet()
     };
     let _w = fleet.spawn("worker-a");
     for (stream, fence) in [("bare", 1), ("demo", 6)] {
-        let r = eventually(Duration::from_secs(30), || async {
-            sink.accepted(stream).first().cloned()
-        })
-        .await
-        .unwrap_or_else(|| panic!("{stream} is consumed"));
+        let r = sink
+            .wait_accepted(stream, Duration::from_secs(30), |_| true)
+            .await
+            .unwrap_or_else(|| panic!("{stream} is consumed"));
         assert_eq!(r.fence, fence, "{stream}");
         assert_eq!(
             r.seq, 1,
@@ -298,24 +233,16 @@ async fn bare_and_lease_demo_items_are_acquired() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_owner_is_fenced_and_the_chaos_zombie_is_refused_by_the_sink() {
     let _serial = SERIAL.lock().await;
-    let ddb = dynamo(&[STREAM]).await;
-    let (up, _upstream) = upstream(&[STREAM], 100.0).await;
-    let (sink_addr, sink) = TestSink::start().await;
+    let rig = Rig::start(&[STREAM], 100.0).await;
+    let sink = &rig.sink;
     let mut fleet = Fleet {
-        endpoint: ddb.endpoint().to_string(),
-        upstream: up,
-        sink: sink_addr,
-        lease: "2",
-        renew: "0.5",
-        scan: "0.5",
         extra: vec![("CHAOS_SKIP_DEADLINE_CHECK", "true".to_string())],
+        ..rig.fleet()
     };
     let zombie = fleet.spawn("zombie");
-    eventually(Duration::from_secs(30), || async {
-        sink.accepted(STREAM).first().cloned()
-    })
-    .await
-    .expect("the zombie-to-be publishes");
+    sink.wait_accepted(STREAM, Duration::from_secs(30), |_| true)
+        .await
+        .expect("the zombie-to-be publishes");
     assert!(
         zombie.logs().contains("CHAOS_SKIP_DEADLINE_CHECK is ON"),
         "loudly logged"
@@ -325,13 +252,10 @@ async fn paused_owner_is_fenced_and_the_chaos_zombie_is_refused_by_the_sink() {
     healthy.metrics_addr().await;
 
     zombie.signal("STOP");
-    let next = eventually(Duration::from_secs(30), || async {
-        sink.accepted(STREAM)
-            .into_iter()
-            .find(|r| r.owner == "healthy")
-    })
-    .await
-    .expect("the healthy worker takes over from the paused one");
+    let next = sink
+        .wait_accepted(STREAM, Duration::from_secs(30), |r| r.owner == "healthy")
+        .await
+        .expect("the healthy worker takes over from the paused one");
     tokio::time::sleep(Duration::from_millis(500)).await;
     zombie.signal("CONT");
 

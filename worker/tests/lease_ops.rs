@@ -139,19 +139,15 @@ async fn lease_demo_items_are_compatible_and_missing_items_are_not_created() {
     let c = ddb.client();
     let now = 5_000_000;
     // Exactly what lease_demo.py's acquire writes (numbers as the SDK sends them).
-    c.put_item()
-        .table_name(TABLE)
-        .item("stream_id", AttributeValue::S("orders-us-east".into()))
-        .item("owner_id", AttributeValue::S("worker-a".into()))
-        .item(
-            "lease_expires_at",
-            AttributeValue::N((now - 1_000).to_string()),
-        )
-        .item("fence_token", AttributeValue::N("7".into()))
-        .item("updated_at", AttributeValue::N((now - 31_000).to_string()))
-        .send()
-        .await
-        .unwrap();
+    put_demo_item(
+        &c,
+        "orders-us-east",
+        "worker-a",
+        now - 1_000,
+        7,
+        now - 31_000,
+    )
+    .await;
     let got = ops::acquire(&c, TABLE, "orders-us-east", "rust", LEASE_MS, now, 200)
         .await
         .unwrap();

@@ -46,17 +46,14 @@ async fn throughput_of_one_worker() {
     let seconds = env_or("SECONDS", 15.0);
     let names: Vec<String> = (1..=streams).map(|i| format!("s-{i:04}")).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let ddb = dynamo(&refs).await;
-    let (up, upstream_handle) = upstream(&refs, rate).await;
-    let (sink_addr, sink) = TestSink::start().await;
+    let rig = Rig::start(&refs, rate).await;
+    let sink = &rig.sink;
     let fleet = Fleet {
-        endpoint: ddb.endpoint().to_string(),
-        upstream: up,
-        sink: sink_addr,
         lease: "10",
         renew: "3",
         scan: "3",
         extra: vec![("RUST_LOG", "warn".to_string())],
+        ..rig.fleet()
     };
     let w = fleet.spawn("worker-a");
     eventually(Duration::from_secs(60), || async {
@@ -88,7 +85,7 @@ async fn throughput_of_one_worker() {
         events / cpu.max(1e-9),
         rss_bytes(w.pid()) as f64 / 1048576.0,
         rss_bytes(w.pid()) as f64 / 1024.0 / streams as f64,
-        upstream_handle.events_produced(),
+        rig.upstream.events_produced(),
     );
     assert!(events > 0.0);
 }

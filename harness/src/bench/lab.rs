@@ -251,9 +251,28 @@ impl Lab {
     }
 }
 
+/// What every bench starts from: the worker executable (resolved), `out` (created) and a
+/// DynamoDB Local in `mode`, started and warmed up.
+pub async fn prepare(
+    out: &Path,
+    worker_bin: Option<&Path>,
+    mode: &dynamodb_local::Mode,
+) -> anyhow::Result<(PathBuf, dynamodb_local::DynamoLocal)> {
+    let bin = crate::fleet::resolve_worker_bin(worker_bin).map_err(|e| anyhow::anyhow!(e))?;
+    std::fs::create_dir_all(out)?;
+    let ddb = dynamodb_local::DynamoLocal::start(&dynamodb_local::Options {
+        mode: mode.clone(),
+        ..dynamodb_local::Options::default()
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("DynamoDB Local: {e}"))?;
+    warm_dynamodb(&ddb.client()).await?;
+    Ok((bin, ddb))
+}
+
 /// Exercises a fresh DynamoDB Local (its JVM compiles hot paths on first use) so the first
 /// measured lease does not pay for the warm-up in timed-out renewals.
-pub async fn warm_dynamodb(client: &Client) -> anyhow::Result<()> {
+async fn warm_dynamodb(client: &Client) -> anyhow::Result<()> {
     let table = "bench-warmup";
     lease_table::create_table(client, table).await?;
     let ids: Vec<String> = (1..=1_600)

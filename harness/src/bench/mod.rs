@@ -140,15 +140,17 @@ async fn takeover_main(a: TakeoverArgs) -> ExitCode {
     }
     let options = takeover::TakeoverOptions {
         out: a.common.out.clone(),
-        runs: a.runs.unwrap_or(if quick { 2 } else { 3 }).max(1),
-        leases_ms: leases.iter().map(|l| (l * 1000.0).round() as u64).collect(),
-        renew_ratio: a.renew_ratio,
-        streams: a.streams.unwrap_or(if quick { 60 } else { 120 }).max(1),
-        workers: a.workers.unwrap_or(if quick { 3 } else { 4 }).max(2),
-        rate: a.rate,
-        seed: a.common.seed,
-        skew_margin_ms: a.skew_margin_ms,
-        scan_seconds: a.scan_seconds,
+        sweep: takeover::Sweep {
+            runs: a.runs.unwrap_or(if quick { 2 } else { 3 }).max(1),
+            leases_ms: leases.iter().map(|l| (l * 1000.0).round() as u64).collect(),
+            renew_ratio: a.renew_ratio,
+            streams: a.streams.unwrap_or(if quick { 60 } else { 120 }).max(1),
+            workers: a.workers.unwrap_or(if quick { 3 } else { 4 }).max(2),
+            rate: a.rate,
+            seed: a.common.seed,
+            skew_margin_ms: a.skew_margin_ms,
+            scan_seconds: a.scan_seconds,
+        },
         dynamodb,
         worker_bin: a.common.worker_bin.clone(),
     };

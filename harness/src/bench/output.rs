@@ -8,17 +8,10 @@ use plotters::prelude::*;
 
 use super::stats::{Dist, Kind};
 use super::takeover::{TakeoverBench, MODES};
+use crate::chart_kit::{legend, mesh, palette, svg, swatch, FONT};
 
-const FONT: &str = "sans-serif";
+/// Chart width in pixels.
 const WIDTH: u32 = 1000;
-const LEASE_COLORS: [RGBColor; 6] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-];
 
 /// Writes `value` under `key` into `DIR/bench.json`, keeping the other top-level keys of an
 /// existing file (so `takeover` and `throughput` can share one directory).
@@ -133,7 +126,7 @@ pub fn write_takeover(dir: &Path, bench: &TakeoverBench, command: &str) -> anyho
     }
     std::fs::write(dir.join("samples.csv"), csv)?;
 
-    let c = &bench.config;
+    let c = &bench.config.sweep;
     let mut md = String::new();
     let _ = writeln!(md, "# harness bench takeover\n");
     let _ = writeln!(md, "`{command}`\n");
@@ -199,26 +192,9 @@ pub fn md_table_to_html(md: &str) -> String {
     out
 }
 
-fn svg(
-    height: u32,
-    draw: impl FnOnce(
-        &DrawingArea<SVGBackend, plotters::coord::Shift>,
-    ) -> Result<(), Box<dyn std::error::Error>>,
-) -> anyhow::Result<String> {
-    let mut s = String::new();
-    {
-        let root = SVGBackend::with_string(&mut s, (WIDTH, height)).into_drawing_area();
-        root.fill(&WHITE)
-            .map_err(|e| anyhow::anyhow!("chart: {e}"))?;
-        draw(&root).map_err(|e| anyhow::anyhow!("chart: {e}"))?;
-        root.present().map_err(|e| anyhow::anyhow!("chart: {e}"))?;
-    }
-    Ok(s)
-}
-
 /// CDF of overhead_ms (log x axis), one line per (lease, mode): colour = lease, dashed = poll.
 fn overhead_cdf(bench: &TakeoverBench, kind: Kind) -> anyhow::Result<String> {
-    let leases = &bench.config.leases_ms;
+    let leases = &bench.config.sweep.leases_ms;
     let series: Vec<(usize, &str, Vec<f64>)> = leases
         .iter()
         .enumerate()
@@ -240,17 +216,15 @@ fn overhead_cdf(bench: &TakeoverBench, kind: Kind) -> anyhow::Result<String> {
         .flat_map(|(_, _, v)| v.last())
         .fold(10.0f64, |a, b| a.max(*b))
         * 1.5;
-    svg(360, |root| {
+    svg(WIDTH, 360, |root| {
         let mut chart = ChartBuilder::on(root)
             .margin(12)
             .x_label_area_size(36)
             .y_label_area_size(56)
             .build_cartesian_2d((1f64..x_max).log_scale(), 0f64..1.02)?;
-        chart
-            .configure_mesh()
+        mesh(&mut chart)
             .x_desc("overhead above the floor, ms (log)")
             .y_desc("fraction of samples")
-            .label_style((FONT, 12))
             .x_label_formatter(&|v| format!("{v:.0}"))
             .y_label_formatter(&|v| format!("{v:.1}"))
             .draw()?;
@@ -258,7 +232,7 @@ fn overhead_cdf(bench: &TakeoverBench, kind: Kind) -> anyhow::Result<String> {
             if v.is_empty() {
                 continue;
             }
-            let color = LEASE_COLORS[li % LEASE_COLORS.len()];
+            let color = palette(*li);
             let n = v.len() as f64;
             let points: Vec<(f64, f64)> = v
                 .iter()
@@ -271,22 +245,15 @@ fn overhead_cdf(bench: &TakeoverBench, kind: Kind) -> anyhow::Result<String> {
                 chart
                     .draw_series(DashedLineSeries::new(points, 6, 4, style))?
                     .label(label)
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], style));
+                    .legend(swatch(style));
             } else {
                 chart
                     .draw_series(LineSeries::new(points, style))?
                     .label(label)
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], style));
+                    .legend(swatch(style));
             }
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .border_style(BLACK.mix(0.4))
-            .background_style(WHITE.mix(0.9))
-            .label_font((FONT, 12))
-            .draw()?;
-        Ok(())
+        legend(&mut chart, SeriesLabelPosition::LowerRight)
     })
 }
 
@@ -328,7 +295,7 @@ fn tradeoff(bench: &TakeoverBench) -> anyhow::Result<String> {
         .fold(f64::MAX, f64::min)
         .min(y_max / 4.0)
         / 2.0;
-    svg(380, |root| {
+    svg(WIDTH, 380, |root| {
         let mut chart = ChartBuilder::on(root)
             .margin(12)
             .x_label_area_size(36)
@@ -337,21 +304,19 @@ fn tradeoff(bench: &TakeoverBench) -> anyhow::Result<String> {
                 (x_min.max(0.5)..x_max).log_scale(),
                 (y_min.max(0.5)..y_max).log_scale(),
             )?;
-        chart
-            .configure_mesh()
+        mesh(&mut chart)
             .x_desc("DynamoDB requests per stream per hour (measured, log)")
             .y_desc("crash takeover p99, ms (log)")
-            .label_style((FONT, 12))
             .x_label_formatter(&|v| format!("{v:.0}"))
             .y_label_formatter(&|v| format!("{v:.0}"))
             .draw()?;
         for (i, (mode, points)) in lines.iter().enumerate() {
-            let color = LEASE_COLORS[i % LEASE_COLORS.len()];
+            let color = palette(i);
             let style = color.stroke_width(2);
             chart
                 .draw_series(LineSeries::new(points.iter().map(|p| (p.0, p.1)), style))?
                 .label(*mode)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], style));
+                .legend(swatch(style));
             chart.draw_series(points.iter().map(|p| {
                 EmptyElement::at((p.0, p.1))
                     + Circle::new((0, 0), 4, color.filled())
@@ -362,14 +327,7 @@ fn tradeoff(bench: &TakeoverBench) -> anyhow::Result<String> {
                     )
             }))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .border_style(BLACK.mix(0.4))
-            .background_style(WHITE.mix(0.9))
-            .label_font((FONT, 12))
-            .draw()?;
-        Ok(())
+        legend(&mut chart, SeriesLabelPosition::UpperRight)
     })
 }
 
@@ -379,4 +337,122 @@ fn escape(text: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::stats::{row, Sample};
+    use crate::bench::takeover::{CostRow, Sweep, TakeoverConfig};
+
+    /// Two leases × both modes × both kinds, with overheads spread over two decades.
+    fn bench() -> TakeoverBench {
+        let leases_ms = vec![3_000, 5_000];
+        let mut samples = Vec::new();
+        let mut takeover = Vec::new();
+        let mut cost = Vec::new();
+        for &lease in &leases_ms {
+            for mode in MODES {
+                let mine: Vec<Sample> = (0..6u64)
+                    .map(|i| Sample {
+                        kind: if i % 2 == 0 {
+                            Kind::Crash
+                        } else {
+                            Kind::Handoff
+                        },
+                        stream_id: format!("s-{i:04}"),
+                        to_owner: "worker-2".into(),
+                        to_fence: 2,
+                        fault_t_ms: 1_000 * i,
+                        takeover_ms: lease / 2 + 40 * i * i + if mode == "poll" { 700 } else { 0 },
+                        floor_ms: if i % 2 == 0 { lease / 2 } else { 0 },
+                        acquired_ms: Some(lease / 2 + 10 * i),
+                    })
+                    .collect();
+                for kind in [Kind::Crash, Kind::Handoff] {
+                    takeover.push(row(lease, lease / 3, mode, kind, &mine, 3, 0));
+                }
+                samples.extend(mine.into_iter().map(|s| (lease, mode.to_string(), s)));
+            }
+            cost.push(CostRow {
+                lease_ms: lease,
+                renew_ms: lease / 3,
+                requests_per_stream_hour_measured: 3_600_000.0 / (lease / 3) as f64,
+                requests_per_stream_hour_formula: 3_600_000.0 / (lease / 3) as f64,
+                requests_per_stream_hour_measured_poll: 2.0 * 3_600_000.0 / (lease / 3) as f64,
+                by_op: [("renew".to_string(), 1_000.0), ("scan".to_string(), 0.0)]
+                    .into_iter()
+                    .collect(),
+                window_ms: 6_000,
+                streams: 60,
+                workers: 3,
+            });
+        }
+        TakeoverBench {
+            config: TakeoverConfig {
+                sweep: Sweep {
+                    runs: 3,
+                    leases_ms,
+                    renew_ratio: 3.0,
+                    streams: 60,
+                    workers: 3,
+                    rate: 10.0,
+                    seed: 1,
+                    skew_margin_ms: 200,
+                    scan_seconds: None,
+                },
+                worker_bin: "lease-worker".into(),
+            },
+            takeover,
+            cost,
+            errors: vec!["lease 1000 ms: <too short>".into()],
+            samples,
+        }
+    }
+
+    #[test]
+    fn writes_the_takeover_files_with_three_charts() {
+        let dir = tempfile::tempdir().unwrap();
+        write_takeover(dir.path(), &bench(), "harness bench takeover --quick").unwrap();
+        let html = std::fs::read_to_string(dir.path().join("bench.html")).unwrap();
+        assert_eq!(
+            html.matches("<svg").count(),
+            3,
+            "two CDFs and the trade-off"
+        );
+        for label in [
+            "lease 3000 ms, poll",
+            "lease 5000 ms, expiry-aware",
+            "lease 5 s",
+        ] {
+            assert!(html.contains(label), "{label} is drawn");
+        }
+        let md = std::fs::read_to_string(dir.path().join("bench.md")).unwrap();
+        assert!(md.contains("## Problems\n\n- lease 1000 ms: <too short>"));
+        let csv = std::fs::read_to_string(dir.path().join("samples.csv")).unwrap();
+        assert_eq!(csv.lines().count(), 1 + 24);
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join("bench.json")).unwrap())
+                .unwrap();
+        assert_eq!(json["takeover"].as_array().map(Vec::len), Some(8));
+        let config = json["takeover_config"].as_object().unwrap();
+        let mut keys: Vec<&str> = config.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "leases_ms",
+                "rate",
+                "renew_ratio",
+                "runs",
+                "scan_seconds",
+                "seed",
+                "skew_margin_ms",
+                "streams",
+                "worker_bin",
+                "workers"
+            ],
+            "design §8's flat takeover_config"
+        );
+    }
 }

@@ -13,7 +13,7 @@ use rand::{RngCore, SeedableRng};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::lab::{Lab, LabSpec};
+use super::lab::{self, Lab, LabSpec};
 use super::metrics::DYNAMODB_REQUESTS;
 use super::stats::{self, Kind, Sample, TakeoverRow};
 use crate::faults::owned_by;
@@ -27,6 +27,15 @@ pub const MODES: [&str; 2] = ["expiry-aware", "poll"];
 #[derive(Debug, Clone)]
 pub struct TakeoverOptions {
     pub out: PathBuf,
+    pub sweep: Sweep,
+    pub dynamodb: dynamodb_local::Mode,
+    pub worker_bin: Option<PathBuf>,
+}
+
+/// What the sweep measures; `bench.json` records it (with the worker executable) as
+/// `takeover_config`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sweep {
     /// Crash takeovers per (lease, mode); as many handoffs again.
     pub runs: usize,
     pub leases_ms: Vec<u64>,
@@ -40,8 +49,6 @@ pub struct TakeoverOptions {
     pub skew_margin_ms: u64,
     /// `SCAN_SECONDS` for the workers; `None` keeps their default (= renew).
     pub scan_seconds: Option<f64>,
-    pub dynamodb: dynamodb_local::Mode,
-    pub worker_bin: Option<PathBuf>,
 }
 
 /// One `cost` entry of `bench.json` (design §8), measured in the expiry-aware lab.
@@ -86,15 +93,8 @@ pub struct TakeoverBench {
 /// The run's settings as recorded in `bench.json`.
 #[derive(Debug, Clone, Serialize)]
 pub struct TakeoverConfig {
-    pub runs: usize,
-    pub leases_ms: Vec<u64>,
-    pub renew_ratio: f64,
-    pub streams: usize,
-    pub workers: usize,
-    pub rate: f64,
-    pub seed: u64,
-    pub skew_margin_ms: u64,
-    pub scan_seconds: Option<f64>,
+    #[serde(flatten)]
+    pub sweep: Sweep,
     pub worker_bin: String,
 }
 
@@ -105,27 +105,16 @@ pub fn renew_ms(lease_ms: u64, ratio: f64) -> u64 {
 
 /// Runs the sweep. Writes each lab's history under `out/lease-L-MODE/`.
 pub async fn run(options: &TakeoverOptions) -> anyhow::Result<TakeoverBench> {
-    let bin = crate::fleet::resolve_worker_bin(options.worker_bin.as_deref())
-        .map_err(|e| anyhow::anyhow!(e))?;
-    std::fs::create_dir_all(&options.out)?;
-    let ddb = dynamodb_local::DynamoLocal::start(&dynamodb_local::Options {
-        mode: options.dynamodb.clone(),
-        ..dynamodb_local::Options::default()
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("DynamoDB Local: {e}"))?;
-    super::lab::warm_dynamodb(&ddb.client()).await?;
+    let (bin, ddb) = lab::prepare(
+        &options.out,
+        options.worker_bin.as_deref(),
+        &options.dynamodb,
+    )
+    .await?;
+    let sweep = &options.sweep;
     let mut bench = TakeoverBench {
         config: TakeoverConfig {
-            runs: options.runs,
-            leases_ms: options.leases_ms.clone(),
-            renew_ratio: options.renew_ratio,
-            streams: options.streams,
-            workers: options.workers,
-            rate: options.rate,
-            seed: options.seed,
-            skew_margin_ms: options.skew_margin_ms,
-            scan_seconds: options.scan_seconds,
+            sweep: sweep.clone(),
             worker_bin: bin.display().to_string(),
         },
         takeover: Vec::new(),
@@ -133,21 +122,21 @@ pub async fn run(options: &TakeoverOptions) -> anyhow::Result<TakeoverBench> {
         errors: Vec::new(),
         samples: Vec::new(),
     };
-    for &lease_ms in &options.leases_ms {
-        let renew = renew_ms(lease_ms, options.renew_ratio);
+    for &lease_ms in &sweep.leases_ms {
+        let renew = renew_ms(lease_ms, sweep.renew_ratio);
         eprintln!("bench takeover: lease {lease_ms} ms, renew {renew} ms, modes side by side");
         let labs = MODES.map(|mode| {
             let spec = LabSpec {
                 name: format!("lease-{lease_ms}-{mode}"),
                 lease_ms,
                 renew_ms: renew,
-                skew_margin_ms: options.skew_margin_ms,
+                skew_margin_ms: sweep.skew_margin_ms,
                 mode: Some(mode.to_string()),
-                streams: options.streams,
-                workers: options.workers,
-                rate: options.rate,
-                seed: options.seed ^ lease_ms,
-                env: options
+                streams: sweep.streams,
+                workers: sweep.workers,
+                rate: sweep.rate,
+                seed: sweep.seed ^ lease_ms,
+                env: sweep
                     .scan_seconds
                     .map(|s| ("SCAN_SECONDS".to_string(), s.to_string()))
                     .into_iter()
@@ -182,7 +171,7 @@ pub async fn run(options: &TakeoverOptions) -> anyhow::Result<TakeoverBench> {
                 renew,
                 stats::per_stream_hour(
                     aware.by_op.get("checkpoint").copied().unwrap_or(0.0),
-                    options.streams,
+                    sweep.streams,
                     aware.window_ms,
                 ),
             ),
@@ -193,13 +182,13 @@ pub async fn run(options: &TakeoverOptions) -> anyhow::Result<TakeoverBench> {
                 .map(|(op, n)| {
                     (
                         op.clone(),
-                        stats::per_stream_hour(*n, options.streams, aware.window_ms),
+                        stats::per_stream_hour(*n, sweep.streams, aware.window_ms),
                     )
                 })
                 .collect(),
             window_ms: aware.window_ms,
-            streams: options.streams,
-            workers: options.workers,
+            streams: sweep.streams,
+            workers: sweep.workers,
         });
         for result in [aware, poll] {
             bench.takeover.extend(result.rows);
@@ -242,13 +231,13 @@ async fn one_mode(
         .map(|(op, n)| (op.clone(), n - before.get(op).copied().unwrap_or(0.0)))
         .collect();
     let total: f64 = by_op.values().sum();
-    let cost_measured = stats::per_stream_hour(total, options.streams, window_ms);
+    let cost_measured = stats::per_stream_hour(total, options.sweep.streams, window_ms);
 
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(lab.spec.seed);
     let mut errors = Vec::new();
     let mut listed = [0usize; 2];
     let mut faults = [0usize; 2];
-    for index in 0..options.runs * 2 {
+    for index in 0..options.sweep.runs * 2 {
         let kind = if index % 2 == 0 {
             Kind::Crash
         } else {

@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::lab::{Lab, LabSpec};
+use super::lab::{self, Lab, LabSpec};
 use super::metrics;
 
 /// Accepted / produced in a step's window for the step to count as sustained.
@@ -79,16 +79,12 @@ pub struct Throughput {
 
 /// Runs the ramp.
 pub async fn run(options: &ThroughputOptions) -> anyhow::Result<Throughput> {
-    let bin = crate::fleet::resolve_worker_bin(options.worker_bin.as_deref())
-        .map_err(|e| anyhow::anyhow!(e))?;
-    std::fs::create_dir_all(&options.out)?;
-    let ddb = dynamodb_local::DynamoLocal::start(&dynamodb_local::Options {
-        mode: options.dynamodb.clone(),
-        ..dynamodb_local::Options::default()
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("DynamoDB Local: {e}"))?;
-    super::lab::warm_dynamodb(&ddb.client()).await?;
+    let (bin, ddb) = lab::prepare(
+        &options.out,
+        options.worker_bin.as_deref(),
+        &options.dynamodb,
+    )
+    .await?;
     let cores = metrics::machine_busy_ms().map_or(1, |(_, c)| c);
     let mut steps = Vec::new();
     'streams: for &streams in &options.streams {

@@ -2,39 +2,26 @@
 //! inlines: the per-stream ownership timeline, accepted events per second, the takeover latency
 //! CDF against its floor, and streams owned per worker. Pure functions of the [`RunView`].
 
-use std::error::Error;
-
+use plotters::chart::MeshStyle;
 use plotters::coord::types::RangedCoordf64;
+use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::view::{OwnershipSource, RunView};
+use crate::chart_kit::{self, legend, palette, swatch, DrawResult, FONT};
 use crate::report_json::Report;
+
+pub use crate::chart_kit::hex;
 
 /// Chart width in pixels; the page scales them down on narrow screens.
 const WIDTH: u32 = 1100;
 /// Height of one timeline row.
 const ROW_PX: u32 = 14;
-const FONT: &str = "sans-serif";
+/// The x axis of the charts over the run's time.
+const RUN_SECONDS: &str = "seconds since the run started";
 
 type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
-type DrawResult<T = ()> = Result<T, Box<dyn Error>>;
-
-/// Tableau's ten colours plus two: owner `i` is drawn in `PALETTE[i % len]`.
-pub const PALETTE: [(u8, u8, u8); 12] = [
-    (31, 119, 180),
-    (255, 127, 14),
-    (44, 160, 44),
-    (148, 103, 189),
-    (140, 86, 75),
-    (227, 119, 194),
-    (23, 190, 207),
-    (188, 189, 34),
-    (127, 127, 127),
-    (214, 39, 40),
-    (57, 59, 121),
-    (99, 121, 57),
-];
 
 const FAULT_RED: RGBColor = RGBColor(200, 30, 30);
 /// Data colours of the events-per-second chart (also listed on the figure for the page check).
@@ -42,21 +29,16 @@ pub const ACCEPTED: RGBColor = RGBColor(31, 119, 180);
 pub const DUPLICATE: RGBColor = RGBColor(255, 127, 14);
 pub const FENCED: RGBColor = RGBColor(204, 0, 102);
 const PERIOD_FILL: RGBColor = RGBColor(255, 170, 60);
+const LIGHT_GRID: RGBColor = RGBColor(236, 236, 236);
 
 /// The colour of owner number `index`.
 pub fn owner_color(index: usize) -> RGBColor {
-    let (r, g, b) = PALETTE[index % PALETTE.len()];
-    RGBColor(r, g, b)
+    palette(index)
 }
 
 /// `#rrggbb` of owner number `index`, for the HTML legend.
 pub fn owner_hex(index: usize) -> String {
     hex(owner_color(index))
-}
-
-/// `#rrggbb` of a colour.
-pub fn hex(c: RGBColor) -> String {
-    format!("#{:02x}{:02x}{:02x}", c.0, c.1, c.2)
 }
 
 /// Axis labels: whole numbers without a decimal point, others with one.
@@ -73,8 +55,6 @@ fn fraction(v: &f64) -> String {
     format!("{v:.1}")
 }
 
-const LIGHT_GRID: RGBColor = RGBColor(236, 236, 236);
-
 fn seconds(ms: u64) -> f64 {
     ms as f64 / 1000.0
 }
@@ -85,17 +65,37 @@ fn text_style(size: u32, pos: Pos) -> TextStyle<'static> {
 
 fn render(
     height: u32,
-    draw: impl FnOnce(&DrawingArea<SVGBackend, plotters::coord::Shift>) -> DrawResult,
+    draw: impl FnOnce(&DrawingArea<SVGBackend, Shift>) -> DrawResult,
 ) -> anyhow::Result<String> {
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
-        root.fill(&WHITE)
-            .map_err(|e| anyhow::anyhow!("chart: {e}"))?;
-        draw(&root).map_err(|e| anyhow::anyhow!("chart: {e}"))?;
-        root.present().map_err(|e| anyhow::anyhow!("chart: {e}"))?;
-    }
-    Ok(svg)
+    chart_kit::svg(WIDTH, height, draw)
+}
+
+/// The frame of every report chart: margins, label areas and axes from 0 to `x_max`, `y_max`.
+fn frame<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    margin_top: u32,
+    x_max: f64,
+    y_max: f64,
+) -> DrawResult<Chart<'a, 'b>> {
+    Ok(ChartBuilder::on(root)
+        .margin(10)
+        .margin_top(margin_top)
+        .x_label_area_size(36)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..x_max, 0f64..y_max)?)
+}
+
+/// The light grid with tick labels; the caller describes the axes and draws it.
+fn grid<'a, 'b, 'c>(
+    chart: &'c mut Chart<'a, 'b>,
+) -> MeshStyle<'a, 'c, RangedCoordf64, RangedCoordf64, SVGBackend<'b>> {
+    let mut style = chart_kit::mesh(chart);
+    style
+        .light_line_style(LIGHT_GRID)
+        .max_light_lines(2)
+        .x_label_formatter(&tick)
+        .y_label_formatter(&tick);
+    style
 }
 
 /// Markers closer than this many pixels share one label.
@@ -187,22 +187,11 @@ pub fn timeline(view: &RunView) -> anyhow::Result<String> {
     let height = 70 + rows as u32 * ROW_PX + 40;
     let end_s = seconds(view.end_ms);
     render(height, |root| {
-        let mut chart = ChartBuilder::on(root)
-            .margin(10)
-            .margin_top(36)
-            .x_label_area_size(36)
-            .y_label_area_size(70)
-            .build_cartesian_2d(0f64..end_s, 0f64..rows as f64)?;
-        chart
-            .configure_mesh()
+        let mut chart = frame(root, 36, end_s, rows as f64)?;
+        grid(&mut chart)
             .disable_y_mesh()
             .y_labels(0)
-            .x_desc("seconds since the run started")
-            .label_style((FONT, 12))
-            .light_line_style(LIGHT_GRID)
-            .max_light_lines(2)
-            .x_label_formatter(&tick)
-            .y_label_formatter(&tick)
+            .x_desc(RUN_SECONDS)
             .draw()?;
         draw_faults(&mut chart, view, rows as f64)?;
         let min_width = end_s / 400.0;
@@ -258,21 +247,10 @@ pub fn throughput(view: &RunView) -> anyhow::Result<String> {
     // Headroom above the peak for the legend.
     let y_top = peak as f64 * 1.4;
     render(340, |root| {
-        let mut chart = ChartBuilder::on(root)
-            .margin(10)
-            .margin_top(36)
-            .x_label_area_size(36)
-            .y_label_area_size(70)
-            .build_cartesian_2d(0f64..end_s, 0f64..y_top)?;
-        chart
-            .configure_mesh()
-            .x_desc("seconds since the run started")
+        let mut chart = frame(root, 36, end_s, y_top)?;
+        grid(&mut chart)
+            .x_desc(RUN_SECONDS)
             .y_desc("events / s")
-            .label_style((FONT, 12))
-            .light_line_style(LIGHT_GRID)
-            .max_light_lines(2)
-            .x_label_formatter(&tick)
-            .y_label_formatter(&tick)
             .draw()?;
         draw_faults(&mut chart, view, y_top)?;
         let series: [(&str, &Vec<u64>, RGBColor); 3] = [
@@ -293,18 +271,9 @@ pub fn throughput(view: &RunView) -> anyhow::Result<String> {
             chart
                 .draw_series(LineSeries::new(points, color.stroke_width(2)))?
                 .label(name)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-                });
+                .legend(swatch(color.stroke_width(2)));
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .border_style(BLACK.mix(0.4))
-            .background_style(WHITE.mix(0.9))
-            .label_font((FONT, 12))
-            .draw()?;
-        Ok(())
+        legend(&mut chart, SeriesLabelPosition::UpperLeft)
     })
 }
 
@@ -338,20 +307,10 @@ pub fn latency(view: &RunView, report: &Report) -> anyhow::Result<String> {
         .max(1) as f64
         * 1.1;
     render(340, |root| {
-        let mut chart = ChartBuilder::on(root)
-            .margin(10)
-            .margin_top(20)
-            .x_label_area_size(36)
-            .y_label_area_size(70)
-            .build_cartesian_2d(0f64..x_max, 0f64..1.05)?;
-        chart
-            .configure_mesh()
+        let mut chart = frame(root, 20, x_max, 1.05)?;
+        grid(&mut chart)
             .x_desc("milliseconds from the fault's injection")
             .y_desc("fraction of takeovers")
-            .label_style((FONT, 12))
-            .light_line_style(LIGHT_GRID)
-            .max_light_lines(2)
-            .x_label_formatter(&tick)
             .y_label_formatter(&fraction)
             .draw()?;
         let lease_x = lease as f64;
@@ -362,9 +321,7 @@ pub fn latency(view: &RunView, report: &Report) -> anyhow::Result<String> {
                 purple.stroke_width(2),
             )))?
             .label(format!("lease ({lease} ms)"))
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 16, y)], purple.stroke_width(2))
-            });
+            .legend(swatch(purple.stroke_width(2)));
         if takeovers.is_empty() {
             chart.draw_series(std::iter::once(Text::new(
                 "no takeover followed an injected fault",
@@ -381,16 +338,12 @@ pub fn latency(view: &RunView, report: &Report) -> anyhow::Result<String> {
                     grey.stroke_width(2),
                 ))?
                 .label("floor: lease remaining at the fault + skew margin")
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 16, y)], grey.stroke_width(2))
-                });
+                .legend(swatch(grey.stroke_width(2)));
             let blue = ACCEPTED;
             chart
                 .draw_series(LineSeries::new(cdf_steps(&takeovers), blue.stroke_width(2)))?
                 .label("takeover_ms")
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 16, y)], blue.stroke_width(2))
-                });
+                .legend(swatch(blue.stroke_width(2)));
             let n = takeovers.len() as f64;
             chart.draw_series(
                 takeovers
@@ -399,14 +352,7 @@ pub fn latency(view: &RunView, report: &Report) -> anyhow::Result<String> {
                     .map(|(i, &v)| Circle::new((v as f64, (i + 1) as f64 / n), 3, blue.filled())),
             )?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .border_style(BLACK.mix(0.4))
-            .background_style(WHITE.mix(0.9))
-            .label_font((FONT, 12))
-            .draw()?;
-        Ok(())
+        legend(&mut chart, SeriesLabelPosition::LowerRight)
     })
 }
 
@@ -427,22 +373,8 @@ pub fn ownership(view: &RunView) -> anyhow::Result<String> {
         OwnershipSource::Receipts => "streams published",
     };
     render(340, |root| {
-        let mut chart = ChartBuilder::on(root)
-            .margin(10)
-            .margin_top(36)
-            .x_label_area_size(36)
-            .y_label_area_size(70)
-            .build_cartesian_2d(0f64..end_s, 0f64..y_top)?;
-        chart
-            .configure_mesh()
-            .x_desc("seconds since the run started")
-            .y_desc(desc)
-            .label_style((FONT, 12))
-            .light_line_style(LIGHT_GRID)
-            .max_light_lines(2)
-            .x_label_formatter(&tick)
-            .y_label_formatter(&tick)
-            .draw()?;
+        let mut chart = frame(root, 36, end_s, y_top)?;
+        grid(&mut chart).x_desc(RUN_SECONDS).y_desc(desc).draw()?;
         draw_faults(&mut chart, view, y_top)?;
         let steps = |value: &dyn Fn(usize) -> usize| {
             let mut points = Vec::with_capacity(view.ownership.len() * 2);

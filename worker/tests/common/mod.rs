@@ -49,6 +49,47 @@ pub async fn upstream(streams: &[&str], rate: f64) -> (SocketAddr, mock_upstream
         .expect("mock upstream starts")
 }
 
+/// One test's surroundings: DynamoDB Local with the streams seeded, the mock upstream producing
+/// them and the fencing sink. Drop `ddb` on its own to take DynamoDB away mid-test.
+pub struct Rig {
+    pub ddb: dynamodb_local::DynamoLocal,
+    pub upstream_addr: SocketAddr,
+    pub upstream: mock_upstream::UpstreamHandle,
+    pub sink_addr: SocketAddr,
+    pub sink: TestSink,
+}
+
+impl Rig {
+    /// Starts DynamoDB Local with `streams` seeded, the upstream at `rate` events/s per stream,
+    /// and the sink.
+    pub async fn start(streams: &[&str], rate: f64) -> Rig {
+        let ddb = dynamo(streams).await;
+        let (upstream_addr, upstream) = upstream(streams, rate).await;
+        let (sink_addr, sink) = TestSink::start().await;
+        Rig {
+            ddb,
+            upstream_addr,
+            upstream,
+            sink_addr,
+            sink,
+        }
+    }
+
+    /// Workers against this rig with a 2 s lease, renewed and scanned every 0.5 s; change
+    /// fields with `Fleet { lease: "30", ..rig.fleet() }`.
+    pub fn fleet(&self) -> Fleet {
+        Fleet {
+            endpoint: self.ddb.endpoint().to_string(),
+            upstream: self.upstream_addr,
+            sink: self.sink_addr,
+            lease: "2",
+            renew: "0.5",
+            scan: "0.5",
+            extra: vec![],
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     Accepted,
@@ -102,6 +143,19 @@ impl TestSink {
             .filter(|r| r.stream_id == stream && r.outcome == Outcome::Accepted)
             .collect()
     }
+
+    /// The first accepted receipt of `stream` that `wanted` picks, waiting at most `limit`.
+    pub async fn wait_accepted(
+        &self,
+        stream: &str,
+        limit: Duration,
+        wanted: impl Fn(&Receipt) -> bool,
+    ) -> Option<Receipt> {
+        eventually(limit, || async {
+            self.accepted(stream).into_iter().find(|r| wanted(r))
+        })
+        .await
+    }
 }
 
 async fn receive(
@@ -110,18 +164,19 @@ async fn receive(
     Json(batch): Json<SinkBatch>,
 ) -> Result<Json<SinkAck>, (StatusCode, Json<SinkRejection>)> {
     let now = Instant::now();
+    let receipt = |seq: u64, outcome: Outcome| Receipt {
+        at: now,
+        stream_id: id.clone(),
+        seq,
+        fence: batch.fence_token,
+        owner: batch.owner_id.clone(),
+        outcome,
+    };
     let mut state = sink.state.lock().unwrap();
     let highest = state.highest.get(&id).copied().unwrap_or(0);
     if batch.fence_token < highest {
         for e in &batch.events {
-            state.receipts.push(Receipt {
-                at: now,
-                stream_id: id.clone(),
-                seq: e.seq,
-                fence: batch.fence_token,
-                owner: batch.owner_id.clone(),
-                outcome: Outcome::Fenced,
-            });
+            state.receipts.push(receipt(e.seq, Outcome::Fenced));
         }
         return Err((
             StatusCode::CONFLICT,
@@ -144,14 +199,7 @@ async fn receive(
             ack.duplicates += 1;
             Outcome::Duplicate
         };
-        state.receipts.push(Receipt {
-            at: now,
-            stream_id: id.clone(),
-            seq: e.seq,
-            fence: batch.fence_token,
-            owner: batch.owner_id.clone(),
-            outcome,
-        });
+        state.receipts.push(receipt(e.seq, outcome));
     }
     Ok(Json(ack))
 }
@@ -314,6 +362,33 @@ where
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Writes `stream`'s item exactly as the source design's `lease_demo.py` acquire leaves it:
+/// owner, expiry, fence token and update time (Unix ms), no checkpoint.
+pub async fn put_demo_item(
+    client: &aws_sdk_dynamodb::Client,
+    stream: &str,
+    owner: &str,
+    expires_at: i64,
+    fence: u64,
+    updated_at: i64,
+) {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    client
+        .put_item()
+        .table_name(TABLE)
+        .item("stream_id", AttributeValue::S(stream.into()))
+        .item("owner_id", AttributeValue::S(owner.into()))
+        .item(
+            "lease_expires_at",
+            AttributeValue::N(expires_at.to_string()),
+        )
+        .item("fence_token", AttributeValue::N(fence.to_string()))
+        .item("updated_at", AttributeValue::N(updated_at.to_string()))
+        .send()
+        .await
+        .expect("put the lease_demo.py item");
 }
 
 /// The table's item for `stream`.
