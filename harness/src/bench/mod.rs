@@ -115,17 +115,43 @@ fn command_line() -> String {
 /// Runs `harness bench ...`; exit 0 when the files were written, 1 when the bench failed, 2
 /// for invalid arguments.
 pub async fn main(args: BenchArgs) -> ExitCode {
-    match args.command {
-        BenchCommand::Takeover(a) => takeover_main(a).await,
-        BenchCommand::Throughput(a) => throughput_main(a).await,
-    }
-}
-
-async fn takeover_main(a: TakeoverArgs) -> ExitCode {
-    let dynamodb = match mode(&a.common.dynamodb) {
+    let common = match &args.command {
+        BenchCommand::Takeover(a) => &a.common,
+        BenchCommand::Throughput(a) => &a.common,
+    };
+    let dynamodb = match mode(&common.dynamodb) {
         Ok(m) => m,
         Err(code) => return code,
     };
+    match args.command {
+        BenchCommand::Takeover(a) => takeover_main(a, dynamodb).await,
+        BenchCommand::Throughput(a) => throughput_main(a, dynamodb).await,
+    }
+}
+
+/// A bench's ending: its files written and its summary printed (exit 0), or why not (exit 1).
+fn conclude<T>(
+    bench: &str,
+    result: anyhow::Result<T>,
+    write: impl FnOnce(&T) -> anyhow::Result<()>,
+    summary: impl FnOnce(&T),
+) -> ExitCode {
+    let done = match result {
+        Ok(done) => done,
+        Err(e) => {
+            eprintln!("harness: bench {bench}: {e:#}");
+            return ExitCode::from(1);
+        }
+    };
+    if let Err(e) = write(&done) {
+        eprintln!("harness: writing the bench files: {e}");
+        return ExitCode::from(1);
+    }
+    summary(&done);
+    ExitCode::SUCCESS
+}
+
+async fn takeover_main(a: TakeoverArgs, dynamodb: dynamodb_local::Mode) -> ExitCode {
     let quick = a.common.quick;
     let leases = a.lease.unwrap_or_else(|| {
         if quick {
@@ -154,33 +180,23 @@ async fn takeover_main(a: TakeoverArgs) -> ExitCode {
         dynamodb,
         worker_bin: a.common.worker_bin.clone(),
     };
-    match takeover::run(&options).await {
-        Ok(bench) => {
-            if let Err(e) = output::write_takeover(&options.out, &bench, &command_line()) {
-                eprintln!("harness: writing the bench files: {e}");
-                return ExitCode::from(1);
-            }
-            print!("{}", output::takeover_table(&bench));
+    conclude(
+        "takeover",
+        takeover::run(&options).await,
+        |bench| output::write_takeover(&options.out, bench, &command_line()),
+        |bench| {
+            print!("{}", output::takeover_table(bench));
             println!();
-            print!("{}", output::cost_table(&bench));
+            print!("{}", output::cost_table(bench));
             for e in &bench.errors {
                 eprintln!("warning: {e}");
             }
             println!("  written: {}", options.out.join("bench.html").display());
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("harness: bench takeover: {e:#}");
-            ExitCode::from(1)
-        }
-    }
+        },
+    )
 }
 
-async fn throughput_main(a: ThroughputArgs) -> ExitCode {
-    let dynamodb = match mode(&a.common.dynamodb) {
-        Ok(m) => m,
-        Err(code) => return code,
-    };
+async fn throughput_main(a: ThroughputArgs, dynamodb: dynamodb_local::Mode) -> ExitCode {
     let quick = a.common.quick;
     let options = throughput::ThroughputOptions {
         out: a.common.out.clone(),
@@ -204,19 +220,13 @@ async fn throughput_main(a: ThroughputArgs) -> ExitCode {
         dynamodb,
         worker_bin: a.common.worker_bin.clone(),
     };
-    match throughput::run(&options).await {
-        Ok(result) => {
-            if let Err(e) = throughput::write(&options.out, &result, &command_line()) {
-                eprintln!("harness: writing the bench files: {e}");
-                return ExitCode::from(1);
-            }
-            print!("{}", throughput::table(&result));
+    conclude(
+        "throughput",
+        throughput::run(&options).await,
+        |result| throughput::write(&options.out, result, &command_line()),
+        |result| {
+            print!("{}", throughput::table(result));
             println!("  written: {}", options.out.join("bench.json").display());
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("harness: bench throughput: {e:#}");
-            ExitCode::from(1)
-        }
-    }
+        },
+    )
 }
