@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use lease_table::LeaseItem;
+use rand::{RngCore, SeedableRng};
 
 use crate::fleet::{Fleet, State};
 use crate::history::{Action, ActionStream, Record, Recorder};
@@ -16,6 +17,8 @@ use crate::scenario::{Fault, FaultAction, Target};
 
 /// How long a started worker may take to answer `/readyz` during a rolling deploy.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// Bound on waiting for a SIGKILLed worker's exit to be seen.
+const KILL_REAP: Duration = Duration::from_secs(5);
 
 /// Executes faults against a fleet; cheap to clone (one clone per scheduled fault).
 #[derive(Clone)]
@@ -103,9 +106,12 @@ impl Injector {
                         self.record(index, "start", &name, Vec::new());
                         started.push(name);
                     }
-                    let ready = started
-                        .iter()
-                        .map(|n| self.fleet.wait_ready(n, READY_TIMEOUT));
+                    // Each new worker's readiness is recorded as it comes (a `ready` line).
+                    let ready = started.iter().map(|name| async move {
+                        self.fleet.wait_ready(name, READY_TIMEOUT).await?;
+                        self.record(index, "ready", name, Vec::new());
+                        anyhow::Ok(())
+                    });
                     for result in futures_util::future::join_all(ready).await {
                         result?; // ECS does not stop old tasks while the new ones are unhealthy
                     }
@@ -148,9 +154,15 @@ impl Injector {
             .collect();
         if !stragglers.is_empty() {
             let items = self.snapshot().await?;
-            for name in stragglers {
+            for name in &stragglers {
                 self.signal_recorded(index, "kill", name, libc::SIGKILL, &items);
             }
+            // Gone before the caller goes on: a deploy at maximumPercent=100 starts the
+            // replacements next, and ECS never runs them beside a task still stopping.
+            let waits = stragglers
+                .iter()
+                .map(|n| self.fleet.wait_exit(n, KILL_REAP));
+            futures_util::future::join_all(waits).await;
         }
         Ok(())
     }
@@ -174,12 +186,8 @@ impl Injector {
                     None => anyhow::bail!("target {name} was never started"),
                 }
             }
-            Target::Random => {
-                if running.is_empty() {
-                    anyhow::bail!("no running worker to pick at random");
-                }
-                Ok(running[(draw % running.len() as u64) as usize].clone())
-            }
+            Target::Random => pick_random(&running, draw)
+                .ok_or_else(|| anyhow::anyhow!("no running worker to pick at random")),
             Target::Busiest => busiest(&running, items, lease_table::now_ms())
                 .ok_or_else(|| anyhow::anyhow!("no running worker to pick as the busiest")),
         }
@@ -223,6 +231,21 @@ pub fn owned_by(items: &[LeaseItem], owner: &str, now_ms: i64) -> Vec<ActionStre
             lease_remaining_ms: i.remaining_ms(now_ms),
         })
         .collect()
+}
+
+/// The random draw of each of `count` faults, in schedule order, from the run's seed: the same
+/// seed always gives the same draws, so a run can be replayed with `--seed`.
+pub fn draws(seed: u64, count: usize) -> Vec<u64> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    (0..count).map(|_| rng.next_u64()).collect()
+}
+
+/// The worker a `random` target names for `draw`, among `running` (in start order).
+pub fn pick_random(running: &[String], draw: u64) -> Option<String> {
+    if running.is_empty() {
+        return None;
+    }
+    Some(running[(draw % running.len() as u64) as usize].clone())
 }
 
 /// The candidate holding most unexpired leases (ties go to the first in `candidates`).
@@ -353,6 +376,41 @@ mod tests {
         let owned = owned_by(&items, "worker-3", 500);
         assert_eq!(owned.len(), 2);
         assert_eq!(owned[0].lease_remaining_ms, 500);
+    }
+
+    fn fleet_of(n: usize) -> Vec<String> {
+        (1..=n).map(crate::scenario::worker_name).collect()
+    }
+
+    #[test]
+    fn random_targets_are_the_same_for_the_same_seed() {
+        let fleet = fleet_of(4);
+        let picks = |seed: u64| -> Vec<String> {
+            draws(seed, 32)
+                .into_iter()
+                .map(|d| pick_random(&fleet, d).unwrap())
+                .collect()
+        };
+        assert_eq!(draws(7, 32), draws(7, 32));
+        assert_eq!(picks(7), picks(7));
+        // A prefix of the schedule does not depend on how many faults follow it.
+        assert_eq!(draws(7, 3)[..], draws(7, 32)[..3]);
+        // The draw decides: another seed gives another sequence, and every worker gets picked.
+        assert_ne!(picks(7), picks(8));
+        for seed in [7, 8] {
+            let picked: std::collections::BTreeSet<String> = picks(seed).into_iter().collect();
+            assert_eq!(picked.len(), fleet.len(), "seed {seed}: {picked:?}");
+        }
+    }
+
+    #[test]
+    fn a_random_pick_needs_a_running_worker() {
+        assert_eq!(pick_random(&[], 5), None);
+        assert_eq!(
+            pick_random(&fleet_of(1), u64::MAX).as_deref(),
+            Some("worker-1")
+        );
+        assert_eq!(pick_random(&fleet_of(3), 4).as_deref(), Some("worker-2"));
     }
 
     #[test]

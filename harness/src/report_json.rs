@@ -6,6 +6,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::history::Versions;
+
 /// The whole `report.json`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -13,6 +15,10 @@ pub struct Report {
     pub scenario: String,
     /// The scenario's one-paragraph description.
     pub description: String,
+    /// The harness's version and the worker binary's `--version` (empty in reports written
+    /// before they were recorded).
+    #[serde(default)]
+    pub versions: Versions,
     /// True when every expectation held and the run completed.
     pub passed: bool,
     /// Why the run did not complete (warm-up failed, settle timed out…); empty when it did.
@@ -32,6 +38,9 @@ pub struct Report {
     pub expectations: Vec<ExpectationResult>,
     /// The harness's own cost, from the `run_end` record.
     pub harness: HarnessStats,
+    /// The scenario file's TOML exactly as run, from `run_start` (empty in older reports).
+    #[serde(default)]
+    pub scenario_text: String,
 }
 
 /// The run's configuration, as recorded in `run_start`.
@@ -171,6 +180,13 @@ impl Report {
             .map_err(|e| anyhow::anyhow!("{} is not a report.json: {e}", path.display()))
     }
 
+    /// Copies what `run_start` says about the run itself — the versions and the scenario text —
+    /// which the analysis of the figures leaves aside.
+    pub fn set_provenance(&mut self, start: &crate::history::RunStart) {
+        self.versions = start.versions.clone();
+        self.scenario_text = start.scenario_text.clone();
+    }
+
     /// Writes it pretty-printed.
     pub fn write(&self, path: &Path) -> anyhow::Result<()> {
         let text = serde_json::to_string_pretty(self)?;
@@ -235,6 +251,25 @@ mod tests {
         for unknown in ["totals", "totals.gap", "takeovers.first", "scenario", ""] {
             assert!(!is_known_metric(unknown), "{unknown}");
         }
+    }
+
+    #[test]
+    fn a_report_written_before_versions_and_scenario_text_still_reads() {
+        let mut value = serde_json::to_value(Report {
+            scenario: "old".into(),
+            ..Report::default()
+        })
+        .unwrap();
+        let object = value.as_object_mut().unwrap();
+        assert!(object.remove("versions").is_some());
+        assert!(object.remove("scenario_text").is_some());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("report.json");
+        std::fs::write(&path, serde_json::to_string(&value).unwrap()).unwrap();
+        let report = Report::read(&path).unwrap();
+        assert_eq!(report.scenario, "old");
+        assert_eq!(report.versions, Versions::default());
+        assert!(report.scenario_text.is_empty());
     }
 
     #[test]

@@ -13,14 +13,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
-use rand::{RngCore, SeedableRng};
 use tokio::time::Instant;
 
 use crate::faults::Injector;
 use crate::fleet::{Fleet, FleetConfig};
 use crate::history::{
     CheckpointFinal, HistoryWriter, OwnerSample, Phase, Record, Recorder, RunEnd, RunStart,
-    UpstreamFinal,
+    UpstreamFinal, Versions,
 };
 use crate::report_json::Report;
 use crate::scenario::Scenario;
@@ -34,6 +33,10 @@ const POLL: Duration = Duration::from_millis(500);
 const SHUTDOWN_GRACE_EXTRA: Duration = Duration::from_secs(3);
 /// Bound on waiting for fault tasks still running at the run's end.
 const FAULTS_GRACE: Duration = Duration::from_secs(30);
+/// How long `WORKER-BIN --version` may take before it counts as failed.
+const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
+/// The harness's own version, recorded with every run.
+pub const HARNESS_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// What `harness run` was asked to do.
 #[derive(Debug, Clone)]
@@ -72,13 +75,10 @@ pub async fn run(
     options: &RunOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<Report, RunError> {
-    let mut scenario =
-        Scenario::load(&options.scenario).map_err(|e| RunError::Invalid(e.to_string()))?;
-    if let Some(seed) = options.seed {
-        scenario.run.seed = seed;
-    }
+    let scenario = prepare(options)?;
     let bin = crate::fleet::resolve_worker_bin(options.worker_bin.as_deref())
         .map_err(RunError::Invalid)?;
+    let versions = versions(&bin).await;
     let expected_ms = scenario.run.warmup_ms + scenario.run.duration_ms;
     let progress = crate::report::Progress::stderr(&scenario.name, expected_ms);
     progress.set_phase("provisioning DynamoDB Local");
@@ -103,6 +103,7 @@ pub async fn run(
         endpoint: ddb.endpoint().to_string(),
         recorder: recorder.clone(),
         bin,
+        versions,
         workers_dir,
         progress: progress.clone(),
     };
@@ -136,10 +137,82 @@ pub async fn run(
     Ok(report)
 }
 
+/// Loads the scenario a run is asked for, with `--seed` (when given) in place of its own seed.
+pub fn prepare(options: &RunOptions) -> Result<Scenario, RunError> {
+    let mut scenario =
+        Scenario::load(&options.scenario).map_err(|e| RunError::Invalid(e.to_string()))?;
+    if let Some(seed) = options.seed {
+        scenario.run.seed = seed;
+    }
+    Ok(scenario)
+}
+
+/// The harness's version and the worker binary's `--version`. A worker that cannot say its
+/// version does not stop the run: the reason is recorded instead.
+pub async fn versions(worker_bin: &Path) -> Versions {
+    let (worker, worker_error) = match worker_version(worker_bin).await {
+        Ok(version) => (Some(version), None),
+        Err(e) => (None, Some(e)),
+    };
+    Versions {
+        harness: HARNESS_VERSION.to_string(),
+        worker,
+        worker_error,
+    }
+}
+
+/// Runs `BIN --version` once (bounded by [`VERSION_TIMEOUT`]); the first line it printed, or
+/// why not.
+async fn worker_version(bin: &Path) -> Result<String, String> {
+    const MAX_CHARS: usize = 200;
+    let shown = format!("`{} --version`", bin.display());
+    let clip = |text: &[u8]| -> String {
+        let text = String::from_utf8_lossy(text);
+        let line = text.lines().map(str::trim).find(|l| !l.is_empty());
+        line.unwrap_or("").chars().take(MAX_CHARS).collect()
+    };
+    let output = tokio::process::Command::new(bin)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(VERSION_TIMEOUT, output)
+        .await
+        .map_err(|_| format!("{shown} did not finish within {VERSION_TIMEOUT:?}"))?
+        .map_err(|e| format!("{shown} could not be run: {e}"))?;
+    let stdout = clip(&output.stdout);
+    if !output.status.success() {
+        let stderr = clip(&output.stderr);
+        let said = [stderr, stdout].into_iter().find(|t| !t.is_empty());
+        return Err(match said {
+            Some(said) => format!("{shown} failed ({}): {said}", output.status),
+            None => format!("{shown} failed ({})", output.status),
+        });
+    }
+    if stdout.is_empty() {
+        return Err(format!("{shown} printed nothing"));
+    }
+    Ok(stdout)
+}
+
 /// Recomputes a report from a `history.jsonl` (expectations not yet judged).
 pub fn analyse_file(path: &Path) -> anyhow::Result<Report> {
     let records: anyhow::Result<Vec<Record>> = crate::history::read(path)?.collect();
-    Ok(crate::analysis::analyse(records?))
+    Ok(analyse_records(records?))
+}
+
+/// The report of a history's records: the analysis's figures, plus the versions and the
+/// scenario text its `run_start` carries. Expectations are not yet judged.
+pub fn analyse_records(records: Vec<Record>) -> Report {
+    let start = records.iter().find_map(|r| match r {
+        Record::RunStart(start) => Some(start.clone()),
+        _ => None,
+    });
+    let mut report = crate::analysis::analyse(records);
+    if let Some(start) = start {
+        report.set_provenance(&start);
+    }
+    report
 }
 
 /// Writes `report.json` into `dir`, then renders report.md, report.html and junit.xml from it
@@ -156,6 +229,7 @@ struct Env<'a> {
     endpoint: String,
     recorder: Recorder,
     bin: PathBuf,
+    versions: Versions,
     workers_dir: PathBuf,
     progress: crate::report::Progress,
 }
@@ -190,6 +264,8 @@ impl Env<'_> {
             rate: s.upstream.rate,
             duration_ms: s.run.duration_ms,
             fencing: s.fencing,
+            versions: self.versions.clone(),
+            scenario_text: s.source.clone(),
         }));
         let invalid =
             |what: &str, e: &dyn std::fmt::Display| RunError::Invalid(format!("{what}: {e}"));
@@ -360,10 +436,9 @@ impl Env<'_> {
             errors: Arc::new(Mutex::new(Vec::new())),
         };
         let start = Instant::now();
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(s.run.seed);
+        let draws = crate::faults::draws(s.run.seed, s.faults.len());
         let mut tasks = Vec::new();
-        for (index, fault) in s.faults.iter().enumerate() {
-            let draw = rng.next_u64();
+        for (index, (fault, draw)) in s.faults.iter().zip(draws).enumerate() {
             let injector = injector.clone();
             let fault = fault.clone();
             let (progress, count) = (self.progress.clone(), s.faults.len());
@@ -548,3 +623,6 @@ pub fn self_usage() -> (u64, u64) {
         usage.ru_maxrss as u64 * 1024,
     )
 }
+
+#[cfg(test)]
+mod tests;

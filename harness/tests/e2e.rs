@@ -2,9 +2,16 @@
 //! through the `harness` command line. Needs `target/debug/lease-worker` (built by
 //! `cargo test --workspace`, or `cargo build -p lease-worker`).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+mod e2e_common;
+
+use std::path::Path;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
+
+use e2e_common::{
+    assert_exit, harness, is_alive, report as read_report, run_scenario, wait_gone, worker_bin,
+    worker_pids,
+};
 
 const KILL_SCENARIO: &str = r#"
 name = "e2e-kill"
@@ -59,93 +66,19 @@ op = "<="
 threshold = "lease_ms + 1500"
 "#;
 
-/// `target/debug/lease-worker`, or a failure that says how to build it.
-fn worker_bin() -> PathBuf {
-    let harness = PathBuf::from(env!("CARGO_BIN_EXE_harness"));
-    let bin = harness.with_file_name("lease-worker");
-    assert!(
-        bin.is_file(),
-        "{} is missing: build it with `cargo build -p lease-worker` (cargo test --workspace builds it too)",
-        bin.display()
-    );
-    bin
-}
-
-fn harness() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_harness"));
-    cmd.env("RUST_LOG", "warn");
-    cmd
-}
-
-fn is_alive(pid: i32) -> bool {
-    // SAFETY: signal 0 only checks that the process exists.
-    unsafe { libc::kill(pid, 0) == 0 }
-}
-
-/// Zombies (exited, not reaped) count as gone.
-fn is_running(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
-        Err(_) => false,
-    }
-}
-
-/// Pids of the worker processes a history recorded.
-fn worker_pids(history: &Path) -> Vec<i32> {
-    std::fs::read_to_string(history)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| v["kind"] == "worker_start")
-        .filter_map(|v| v["pid"].as_i64().map(|p| p as i32))
-        .collect()
-}
-
-fn wait_gone(pids: &[i32], limit: Duration) -> Vec<i32> {
-    let start = Instant::now();
-    loop {
-        let alive: Vec<i32> = pids.iter().copied().filter(|p| is_running(*p)).collect();
-        if alive.is_empty() || start.elapsed() > limit {
-            return alive;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
+/// The seed the kill test passes on the command line (the scenario says 3).
+const CLI_SEED: u64 = 11;
 
 #[test]
 fn a_kill_scenario_passes_and_leaves_no_process_behind() {
-    let bin = worker_bin();
     let dir = tempfile::tempdir().unwrap();
-    let scenario = dir.path().join("kill.toml");
-    std::fs::write(&scenario, KILL_SCENARIO).unwrap();
-    let out = dir.path().join("out");
-    let output = harness()
-        .args([
-            "run",
-            scenario.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--worker-bin",
-        ])
-        .arg(&bin)
-        .output()
-        .unwrap();
+    let seed = CLI_SEED.to_string();
+    let (output, out) = run_scenario(dir.path(), "kill", KILL_SCENARIO, &["--seed", &seed]);
+    assert_exit(&output, 0);
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
     assert!(stdout.contains("PASSED"), "{stdout}");
 
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let report = read_report(&out);
     assert_eq!(report["passed"], true);
     assert_eq!(report["config"]["workers"], 2);
     assert_eq!(report["config"]["lease_ms"], 2000);
@@ -164,12 +97,53 @@ fn a_kill_scenario_passes_and_leaves_no_process_behind() {
     assert!(killed["takeover_ms"].as_u64().is_some(), "{killed}");
     assert!(killed["lease_remaining_ms"].as_i64().is_some(), "{killed}");
 
-    // The report is recomputable from the history alone.
+    // --seed overrides the scenario's seed, and the `random` target is the one it draws
+    // (both workers are running at the kill, in start order).
+    assert_eq!(report["config"]["seed"], CLI_SEED);
+    let drawn = harness::faults::draws(CLI_SEED, 1)[0];
+    let expected =
+        harness::faults::pick_random(&["worker-1".into(), "worker-2".into()], drawn).unwrap();
+    let kill = &report["faults"].as_array().unwrap()[0];
+    assert_eq!(kill["action"], "kill");
+    assert_eq!(kill["target"], expected.as_str(), "{kill}");
+
+    // What ran: the versions and the scenario text, in the report and in run_start.
+    assert_eq!(report["versions"]["harness"], env!("CARGO_PKG_VERSION"));
+    let worker = report["versions"]["worker"].as_str().unwrap_or_default();
+    assert!(
+        worker.starts_with("lease-worker "),
+        "{}",
+        report["versions"]
+    );
+    assert_eq!(report["scenario_text"], KILL_SCENARIO);
+    let run_start = &e2e_common::history(&out)[0];
+    assert_eq!(run_start["kind"], "run_start");
+    assert_eq!(run_start["versions"], report["versions"]);
+    assert_eq!(run_start["scenario_text"], KILL_SCENARIO);
+
+    // The report is recomputable from the history alone, and the rendered files from the
+    // history and report.json.
     let recomputed = harness::run::analyse_file(&out.join("history.jsonl")).unwrap();
     assert_eq!(
         serde_json::to_value(&recomputed.totals).unwrap(),
         report["totals"]
     );
+    assert_eq!(
+        serde_json::to_value(&recomputed.versions).unwrap(),
+        report["versions"]
+    );
+    let files = ["report.md", "report.html", "junit.xml"];
+    let before: Vec<Vec<u8>> = files
+        .iter()
+        .map(|f| std::fs::read(out.join(f)).unwrap())
+        .collect();
+    harness::report::render_all(&out).unwrap();
+    for (name, bytes) in files.iter().zip(&before) {
+        assert!(
+            std::fs::read(out.join(name)).unwrap() == *bytes,
+            "{name} rendered differently"
+        );
+    }
 
     let pids = worker_pids(&out.join("history.jsonl"));
     assert_eq!(pids.len(), 2);
@@ -348,6 +322,17 @@ fn a_fleet_that_cannot_warm_up_fails_with_exit_1_and_a_reason() {
     assert_eq!(report["passed"], false);
     let error = report["errors"][0].as_str().unwrap();
     assert!(error.contains("every worker exited"), "{error}");
+    // `false --version` fails: the run records why instead of stopping.
+    assert!(
+        report["versions"]["worker"].is_null(),
+        "{}",
+        report["versions"]
+    );
+    let version_error = report["versions"]["worker_error"].as_str().unwrap();
+    assert!(
+        version_error.contains("/bin/false --version` failed"),
+        "{version_error}"
+    );
     // The run still ended properly: what the upstream produced (possibly nothing, when every
     // worker is gone before the first tick) is on record, and all of it counts as gaps.
     assert!(report["totals"]["events_produced"].is_u64());

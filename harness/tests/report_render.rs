@@ -19,12 +19,49 @@ fn read(dir: &Path, name: &str) -> Vec<u8> {
 fn harness_report_dir_reproduces_the_files_byte_for_byte() {
     let dir = tempfile::tempdir().unwrap();
     let records = report_common::history(30, 100);
-    report_common::write_run(dir.path(), &records, true);
+    let report = report_common::write_run(dir.path(), &records, true);
+    // report.json carries what run_start recorded about the run itself.
+    assert_eq!(report.scenario_text, report_common::SCENARIO_TEXT);
+    assert_eq!(report.versions, report_common::versions());
+    let json: serde_json::Value = serde_json::from_slice(&read(dir.path(), "report.json")).unwrap();
+    assert_eq!(json["scenario_text"], report_common::SCENARIO_TEXT);
+    assert_eq!(json["versions"]["harness"], "0.1.0-test");
+    assert_eq!(json["versions"]["worker"], "lease-worker 0.1.0-test");
+    assert!(json["versions"]["worker_error"].is_null());
+
     let first = report::render_all(dir.path()).unwrap();
     let files = ["report.md", "report.html", "junit.xml"];
     let before: Vec<Vec<u8>> = files.iter().map(|f| read(dir.path(), f)).collect();
     assert!(before.iter().all(|b| b.len() > 500));
     assert_eq!(first.html, dir.path().join("report.html"));
+
+    // The versions under the verdict; the scenario text, escaped, in a collapsed block.
+    let md = String::from_utf8(before[0].clone()).unwrap();
+    assert_eq!(
+        md.lines().nth(2),
+        Some("<sub>harness 0.1.0-test · worker lease-worker 0.1.0-test</sub>"),
+        "{md}"
+    );
+    let html = String::from_utf8(before[1].clone()).unwrap();
+    assert!(html
+        .contains("<p class=\"versions\">harness 0.1.0-test · worker lease-worker 0.1.0-test</p>"));
+    let details = &html[html.find("<details").expect("a <details> block")..];
+    let details = &details[..details.find("</details>").unwrap()];
+    assert!(
+        !details.contains(" open"),
+        "collapsed by default: {details}"
+    );
+    assert!(
+        details.contains(
+            "# synthetic &lt;kill&gt; &amp; &quot;pause&quot;\nname = &quot;synthetic-kill-and-pause&quot;"
+        ),
+        "{details}"
+    );
+    assert!(details.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    assert!(
+        !html.contains("<script>alert"),
+        "the scenario text is escaped"
+    );
 
     // The library, again, into a second directory holding copies of the two sources.
     let copy = tempfile::tempdir().unwrap();

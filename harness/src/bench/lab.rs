@@ -99,6 +99,7 @@ impl Lab {
             rate: spec.rate,
             duration_ms: 0,
             fencing: true,
+            ..RunStart::default()
         }));
         let mut upstream_config = mock_upstream::UpstreamConfig::new(stream_ids.clone());
         upstream_config.rate = spec.rate;

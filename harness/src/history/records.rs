@@ -40,6 +40,25 @@ pub struct RunStart {
     pub rate: f64,
     pub duration_ms: u64,
     pub fencing: bool,
+    /// What ran. Absent from histories written before it was recorded.
+    #[serde(default)]
+    pub versions: Versions,
+    /// The scenario file's TOML exactly as run (a `--seed` override shows in `seed`, not here).
+    #[serde(default)]
+    pub scenario_text: String,
+}
+
+/// The versions of what ran: the harness itself and the worker binary.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Versions {
+    /// The harness's crate version.
+    pub harness: String,
+    /// The worker binary's `--version` output, trimmed (`lease-worker 0.1.0`); null when it
+    /// could not be read.
+    pub worker: Option<String>,
+    /// Why `WORKER-BIN --version` failed, when it did.
+    pub worker_error: Option<String>,
 }
 
 /// A phase boundary: `warmup_done`, `faults_done`, `production_stopped`, `settled`,
@@ -90,7 +109,8 @@ pub struct Receipt {
 }
 
 /// A harness action (`kill`, `pause`, `resume`, `terminate`, `start`), with what the target
-/// owned at that instant, read from the lease table.
+/// owned at that instant, read from the lease table. `ready` is no injection but what a rolling
+/// deploy waited for: a worker it started answered `/readyz`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Action {
     pub t_ms: u64,
@@ -199,6 +219,38 @@ mod tests {
         let line = r#"{"kind":"checkpoint_final","stream_id":"s-0001","owner_id":null,"fence_token":4,"checkpoint":null}"#;
         let record: Record = serde_json::from_str(line).unwrap();
         assert_eq!(serde_json::to_string(&record).unwrap(), line);
+    }
+
+    #[test]
+    fn run_start_carries_versions_and_scenario_text_and_reads_old_lines() {
+        let start = RunStart {
+            scenario: "s".into(),
+            versions: Versions {
+                harness: "0.1.0".into(),
+                worker: None,
+                worker_error: Some("`w --version` failed (exit status: 2)".into()),
+            },
+            scenario_text: "name = \"s\"\n# <b>&</b>\n".into(),
+            ..RunStart::default()
+        };
+        let line = serde_json::to_string(&Record::RunStart(start.clone())).unwrap();
+        assert!(
+            line.contains(r#""versions":{"harness":"0.1.0","worker":null,"#),
+            "{line}"
+        );
+        let back: Record = serde_json::from_str(&line).unwrap();
+        assert_eq!(back, Record::RunStart(start));
+
+        // A history written before these were recorded still reads.
+        let old = r#"{"kind":"run_start","t_ms":0,"wall_ms":5,"scenario":"s","description":"","seed":1,"lease_ms":3000,"renew_ms":1000,"skew_margin_ms":200,"workers":3,"streams":20,"rate":20.0,"duration_ms":20000,"fencing":true}"#;
+        match serde_json::from_str::<Record>(old).unwrap() {
+            Record::RunStart(s) => {
+                assert_eq!(s.versions, Versions::default());
+                assert_eq!(s.scenario_text, "");
+                assert_eq!(s.lease_ms, 3000);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

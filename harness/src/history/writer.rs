@@ -16,7 +16,9 @@ use tokio::time::Instant;
 use super::records::{Receipt, Record};
 
 enum Message {
-    One(Record),
+    /// Boxed: `run_start` (with the scenario text) makes a record large; receipts, the bulk,
+    /// travel in `Receipts`.
+    One(Box<Record>),
     Receipts(Vec<Receipt>),
     /// Flush, close the file and stop, even while other handles are still alive.
     End,
@@ -43,7 +45,7 @@ impl Recorder {
 
     /// Queues one record. After the writer finished, records are dropped.
     pub fn record(&self, record: Record) {
-        let _ = self.tx.send(Message::One(record));
+        let _ = self.tx.send(Message::One(Box::new(record)));
     }
 
     /// Queues the receipts of one sink batch as one message.

@@ -10,7 +10,7 @@
 use std::fmt::Write;
 
 use super::charts::{hex, owner_hex, ACCEPTED, DUPLICATE, FENCED};
-use super::markdown::verdict_line;
+use super::markdown::{verdict_line, versions_line};
 use super::tables::{Cell, Table};
 use super::view::{OwnershipSource, RunView, MAX_TIMELINE_ROWS};
 use crate::report_json::Report;
@@ -46,6 +46,10 @@ h2 { font-size: 1.2rem; margin-top: 32px; border-bottom: 1px solid #ddd; padding
 .verdict { display: inline-block; padding: 2px 10px; border-radius: 4px; color: #fff; font-weight: 600; }
 .verdict.pass { background: #1a7f37; } .verdict.fail { background: #cf222e; }
 .description { color: #444; margin: 4px 0 12px; }
+.versions { color: #555; font-size: 0.85rem; margin: -8px 0 12px; }
+details.scenario { margin: 8px 0 12px; }
+details.scenario summary { cursor: pointer; font-size: 0.9rem; }
+details.scenario pre { background: #f6f8fa; border: 1px solid #d0d7de; border-radius: 4px; padding: 8px 12px; overflow-x: auto; font-size: 0.85rem; }
 .error { background: #ffebe9; border: 1px solid #cf222e; padding: 8px 12px; border-radius: 4px; }
 #render-warning { background: #fff8c5; border: 1px solid #bf8700; padding: 8px 12px; }
 table { border-collapse: collapse; margin: 8px 0; font-size: 0.9rem; }
@@ -190,6 +194,9 @@ pub fn render(report: &Report, view: &RunView, tables: &[Table], charts: &Charts
         escape(&report.scenario)
     );
     let _ = writeln!(out, "<p><b>{}</b></p>", escape(&verdict_line(report)));
+    if let Some(versions) = versions_line(report) {
+        let _ = writeln!(out, "<p class=\"versions\">{}</p>", escape(&versions));
+    }
     if !report.description.is_empty() {
         let _ = writeln!(
             out,
@@ -202,6 +209,15 @@ pub fn render(report: &Report, view: &RunView, tables: &[Table], charts: &Charts
             out,
             "<p class=\"error\"><b>Error:</b> {}</p>",
             escape(error)
+        );
+    }
+    if !report.scenario_text.is_empty() {
+        let _ = writeln!(
+            out,
+            "<details class=\"scenario\" id=\"scenario-text\"><summary>Scenario file, as run \
+             (seed {})</summary>\n<pre><code>{}</code></pre>\n</details>",
+            report.config.seed,
+            escape(&report.scenario_text)
         );
     }
     out.push_str("<p id=\"render-warning\" hidden></p>\n");

@@ -21,6 +21,22 @@ pub fn verdict_line(report: &Report) -> String {
     line
 }
 
+/// What ran, for the line under the verdict: `harness 0.1.0 · worker lease-worker 0.1.0`, or
+/// why the worker's version is unknown. `None` for reports written before versions were
+/// recorded.
+pub fn versions_line(report: &Report) -> Option<String> {
+    let v = &report.versions;
+    if v.harness.is_empty() {
+        return None;
+    }
+    let worker = match (&v.worker, &v.worker_error) {
+        (Some(worker), _) => format!("worker {worker}"),
+        (None, Some(error)) => format!("worker version unknown: {error}"),
+        (None, None) => "worker version unknown".to_string(),
+    };
+    Some(format!("harness {} · {worker}", v.harness))
+}
+
 /// Escapes what would break a table cell or start markup: `|`, backslashes, newlines, and a
 /// `<` that could open an HTML tag (`<=` stays readable).
 fn escape(text: &str) -> String {
@@ -85,6 +101,9 @@ pub fn render(report: &Report, tables: &[Table]) -> String {
         escape(&report.scenario),
         verdict_line(report)
     );
+    if let Some(versions) = versions_line(report) {
+        let _ = writeln!(out, "<sub>{}</sub>\n", escape(&versions));
+    }
     if !report.description.is_empty() {
         let _ = writeln!(out, "> {}\n", escape(&report.description));
     }

@@ -412,6 +412,15 @@ fn fenced_by_owner(report: &Report) -> Option<Table> {
     })
 }
 
+/// The text, or `unknown` when it was not recorded (older reports).
+fn or_unknown(text: &str) -> String {
+    if text.is_empty() {
+        "unknown".to_string()
+    } else {
+        text.to_string()
+    }
+}
+
 fn harness(report: &Report) -> Table {
     let h = &report.harness;
     let c = &report.config;
@@ -439,6 +448,15 @@ fn harness(report: &Report) -> Table {
                 ),
             ),
             plain("seed", c.seed.to_string()),
+            plain("harness version", or_unknown(&report.versions.harness)),
+            plain(
+                "worker version",
+                match (&report.versions.worker, &report.versions.worker_error) {
+                    (Some(worker), _) => worker.clone(),
+                    (None, Some(error)) => format!("unknown: {error}"),
+                    (None, None) => "unknown".to_string(),
+                },
+            ),
             plain(
                 "fencing sink",
                 if c.fencing { "on" } else { "off" }.to_string(),

@@ -155,6 +155,8 @@ impl Builder {
                     }),
                 }
             }
+            // `ready` is what a rolling deploy waited for, not an injection: no marker.
+            Record::Action(a) if a.action == "ready" => {}
             Record::Action(a) => self.markers.push(Marker {
                 t_ms: a.t_ms,
                 action: a.action,

@@ -63,6 +63,8 @@ pub struct Scenario {
     pub run: RunTimes,
     pub faults: Vec<Fault>,
     pub expectations: Vec<Expectation>,
+    /// The TOML text it was parsed from, exactly (recorded with the run).
+    pub source: String,
 }
 
 /// Lease timing handed to every worker.
@@ -251,11 +253,15 @@ impl Scenario {
     pub fn parse(text: &str, file: &Path) -> Result<Scenario, ScenarioError> {
         let spans = SpanMap::new(text);
         let raw: RawScenario = toml::from_str(text).map_err(|e| de_error(&e, &spans, file))?;
-        Validator {
+        let scenario = Validator {
             spans: &spans,
             file,
         }
-        .resolve(raw)
+        .resolve(raw)?;
+        Ok(Scenario {
+            source: text.to_string(),
+            ..scenario
+        })
     }
 
     /// The names threshold expressions may use, with their values.
@@ -445,6 +451,7 @@ impl Validator<'_> {
             run,
             faults,
             expectations,
+            source: String::new(),
         })
     }
 

@@ -9,16 +9,25 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use harness::analysis::analyse;
 use harness::expect::judge;
 use harness::history::{
     Action, ActionStream, CheckpointFinal, Outcome, OwnerSample, Phase, Receipt, Record, RunEnd,
-    RunStart, UpstreamFinal, WorkerStart,
+    RunStart, UpstreamFinal, Versions, WorkerStart,
 };
 use harness::report_json::Report;
 use harness::scenario::{Expectation, Op};
 
 pub const LEASE_MS: u64 = 3000;
+/// The scenario text the synthetic run records: markup and quotes that must come out escaped.
+pub const SCENARIO_TEXT: &str = "# synthetic <kill> & \"pause\"\nname = \"synthetic-kill-and-pause\"\n\n[run]\nseed = 7 # <script>alert(1)</script>\n";
+/// The versions the synthetic run records.
+pub fn versions() -> Versions {
+    Versions {
+        harness: "0.1.0-test".into(),
+        worker: Some("lease-worker 0.1.0-test".into()),
+        worker_error: None,
+    }
+}
 pub const SKEW_MS: u64 = 200;
 const START_MS: u64 = 1000;
 const STOP_MS: u64 = 30_000;
@@ -233,6 +242,8 @@ pub fn history(streams: usize, period_ms: u64) -> Vec<Record> {
             rate: 1000.0 / period_ms as f64,
             duration_ms: STOP_MS - START_MS,
             fencing: true,
+            versions: versions(),
+            scenario_text: SCENARIO_TEXT.into(),
         }),
         &mut timed,
     );
@@ -351,7 +362,7 @@ pub fn write_run(dir: &Path, records: &[Record], failing: bool) -> Report {
         lines.push('\n');
     }
     std::fs::write(dir.join("history.jsonl"), lines).expect("write history");
-    let mut report = analyse(records.iter().cloned());
+    let mut report = harness::run::analyse_records(records.to_vec());
     judge(&mut report, &expectations(failing));
     report
         .write(&dir.join("report.json"))
