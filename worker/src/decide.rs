@@ -489,14 +489,18 @@ pub fn next_watch(
         .min()
 }
 
-/// A stable per-(worker, stream) preference: FNV-1a of both names.
+/// A stable per-(worker, stream) preference: FNV-1a of both names, then the splitmix64
+/// finaliser (FNV alone leaves names that differ in their last characters, `s-1960`…`s-1979`,
+/// next to each other in every worker's order, so workers contended for the same runs).
 fn rank(me: &str, stream: &str) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in me.bytes().chain([0u8]).chain(stream.bytes()) {
         hash ^= u64::from(byte);
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
-    hash
+    hash = (hash ^ (hash >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    hash = (hash ^ (hash >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    hash ^ (hash >> 31)
 }
 
 #[cfg(test)]

@@ -32,8 +32,13 @@ use crate::stream::{self, Acquired, Control, Exit, Shared, AWS_CALL_TIMEOUT};
 pub const PER_ROUND: usize = 8;
 /// The ceiling of the per-round ramp (see `Supervisor::per_round`).
 pub const MAX_PER_ROUND: usize = 64;
-/// While below the fair share with candidates left, the next scan comes this soon.
+/// While below the fair share with candidates left, the next round comes this soon.
 pub const FAST_RESCAN: Duration = Duration::from_millis(250);
+/// Rounds planned on the last scan's view (its candidates, corrected by refused acquires) before
+/// a hurried worker scans again. A scan costs the table a read of every item, and a cold start of
+/// W workers rescanning every 250 ms costs W × 4 full reads a second: 20 workers on 2,000 streams
+/// is more than one DynamoDB Local answers, so hurried rounds reuse the view instead.
+pub const VIEW_ROUNDS: u32 = 4;
 /// Each scan page may take this long.
 pub const SCAN_PAGE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often the fleet signal is read (±10 %): 3600 / 0.15 = 24,000 eventually consistent
@@ -68,6 +73,12 @@ pub struct Supervisor {
     /// took its fill and left candidates behind (a cold start fills a large share in a few
     /// rounds instead of share / 8), back to [`PER_ROUND`] once a round wants nothing more.
     per_round: usize,
+    /// Hurried rounds planned on the current view since the last scan.
+    view_rounds: u32,
+    /// How long the last scan took, and how many live owners its plan counted: a hurried
+    /// rescan waits at least their product, so that the fleet's scans together keep the
+    /// table at most half busy however large it is.
+    last_scan: (Duration, usize),
     /// Last fleet generation read (`None` before the first read).
     fleet_generation: Option<u64>,
     /// Owners the fleet signal names as draining (never this worker while it runs).
@@ -89,6 +100,8 @@ impl Supervisor {
             recently_shed: HashMap::new(),
             next_watch_ms: None,
             per_round: PER_ROUND,
+            view_rounds: 0,
+            last_scan: (Duration::ZERO, 1),
             fleet_generation: None,
             draining_owners: HashSet::new(),
         }
@@ -127,17 +140,16 @@ impl Supervisor {
             tokio::select! {
                 _ = &mut shutdown => break,
                 _ = tokio::time::sleep_until(next_scan) => {
-                    let hurry = self.scan_round(false).await;
-                    let base = if hurry { FAST_RESCAN.min(self.config.scan) } else { self.config.scan };
-                    next_scan = Instant::now() + self.jittered(base);
+                    let next = self.hurried_round().await;
+                    next_scan = Instant::now() + self.jittered(next);
                 }
                 _ = tokio::time::sleep_until(next_fleet), if fleet_polling => {
                     if self.fleet_changed().await {
                         // Streams were (or are about to be) released: look now, consistently,
                         // so the scan cannot miss a release that the signal already announced.
                         let hurry = self.scan_round(true).await;
-                        let base = if hurry { FAST_RESCAN.min(self.config.scan) } else { self.config.scan };
-                        next_scan = Instant::now() + self.jittered(base);
+                        let next = self.after_scan(hurry);
+                        next_scan = Instant::now() + self.jittered(next);
                     }
                     let every = if self.draining_owners.is_empty() { FLEET_POLL } else { FLEET_POLL_DRAINING };
                     next_fleet = Instant::now() + self.jittered(every);
@@ -201,9 +213,52 @@ impl Supervisor {
         });
     }
 
+    /// The scheduled round: a scan, or while hurrying with a usable view, a round on that
+    /// view. Returns the time until the next one.
+    async fn hurried_round(&mut self) -> Duration {
+        if self.view_rounds > 0 && self.view_rounds <= VIEW_ROUNDS {
+            let hurry = self.acquire_round().await;
+            if hurry && self.view_rounds < VIEW_ROUNDS {
+                self.view_rounds += 1;
+                return FAST_RESCAN.min(self.config.scan);
+            }
+            self.view_rounds = 0;
+            return self.rescan_delay(hurry);
+        }
+        let hurry = self.scan_round(false).await;
+        self.after_scan(hurry)
+    }
+
+    /// After a scan round: when hurrying and the scan saw other owners (so the share it planned
+    /// with is the fleet's, not a lone worker's), the next rounds reuse its view.
+    fn after_scan(&mut self, hurry: bool) -> Duration {
+        if hurry && self.last_scan.1 > 1 {
+            self.view_rounds = 1;
+            return FAST_RESCAN.min(self.config.scan);
+        }
+        self.view_rounds = 0;
+        self.rescan_delay(hurry)
+    }
+
+    /// Until the next scan: the scan interval, or when hurrying, [`FAST_RESCAN`] stretched to
+    /// live owners × last scan time (each worker's scans then take at most 1 / owners of the
+    /// table's time; all of them together at most all of it, at worst once per round trip).
+    fn rescan_delay(&self, hurry: bool) -> Duration {
+        if !hurry {
+            return self.config.scan;
+        }
+        let (took, owners) = self.last_scan;
+        FAST_RESCAN
+            .max(took * owners.min(1000) as u32 * 2)
+            .min(self.config.scan)
+    }
+
     /// One discovery scan and acquisition round. Returns true when another round should follow soon.
     async fn scan_round(&mut self, consistent: bool) -> bool {
-        match self.shared.table.scan(SCAN_PAGE_TIMEOUT, consistent).await {
+        let began = Instant::now();
+        let scanned = self.shared.table.scan(SCAN_PAGE_TIMEOUT, consistent).await;
+        self.last_scan.0 = began.elapsed();
+        match scanned {
             Ok(view) => {
                 if !self.readiness.scanned.swap(true, Ordering::Relaxed) {
                     tracing::info!(
@@ -275,6 +330,7 @@ impl Supervisor {
         let metrics = &self.shared.metrics;
         metrics.table_streams.set(self.known.len() as i64);
         metrics.live_owners.set(plan.live_owners as i64);
+        self.last_scan.1 = plan.live_owners;
         metrics
             .fair_share
             .set(plan.target.min(i64::MAX as usize) as i64);

@@ -57,12 +57,20 @@ impl CallError {
 }
 
 /// The lease table as this worker uses it.
+/// At most this many lease writes (acquire, renew, checkpoint, release, bid) of one worker are
+/// in flight at once; the rest wait their turn inside the same timeout. A worker with hundreds
+/// of streams acquired together renews them together: without a bound, that burst queues at
+/// the server instead, every call in it times out at once, and every retry (the timed-out
+/// writes still execute) doubles the load.
+pub const MAX_IN_FLIGHT: usize = 32;
+
 #[derive(Clone)]
 pub struct LeaseTable {
     client: Client,
     table: Arc<str>,
     owner_id: Arc<str>,
     metrics: Arc<Metrics>,
+    in_flight: Arc<tokio::sync::Semaphore>,
 }
 
 impl LeaseTable {
@@ -73,6 +81,7 @@ impl LeaseTable {
             table: table.into(),
             owner_id: owner_id.into(),
             metrics,
+            in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
         }
     }
 
@@ -94,7 +103,11 @@ impl LeaseTable {
         timeout: Duration,
         call: impl std::future::Future<Output = Result<Outcome<T>, OpError>>,
     ) -> Result<Outcome<T>, CallError> {
-        let result = match tokio::time::timeout(timeout, call).await {
+        let bounded = async {
+            let _permit = self.in_flight.acquire().await;
+            call.await
+        };
+        let result = match tokio::time::timeout(timeout, bounded).await {
             Ok(Ok(outcome)) => Ok(outcome),
             Ok(Err(e)) => Err(CallError::Failed(e)),
             Err(_) => Err(CallError::Timeout { op, after: timeout }),

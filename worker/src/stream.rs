@@ -210,8 +210,11 @@ impl Runner {
             .store(acquired.checkpoint, Ordering::Relaxed);
         let url = shared.sink.url_for(&acquired.stream_id).into();
         let cap = shared.batch_max_events;
+        // The first renewal comes at a random point of the second half of the interval, so
+        // that streams acquired in one round do not renew in one burst for ever after.
+        let first_renew = shared.renew_every.mul_f64(0.5 + 0.5 * unit());
         Runner {
-            renew_at: Some(acquired.started + shared.renew_every),
+            renew_at: Some(acquired.started + first_renew),
             shared,
             id: acquired.stream_id,
             url,
