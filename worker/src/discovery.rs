@@ -39,6 +39,9 @@ pub const FAST_RESCAN: Duration = Duration::from_millis(250);
 /// W workers rescanning every 250 ms costs W × 4 full reads a second: 20 workers on 2,000 streams
 /// is more than one DynamoDB Local answers, so hurried rounds reuse the view instead.
 pub const VIEW_ROUNDS: u32 = 4;
+/// An acquire may take this long. A timed-out acquire may still have been written; the item
+/// then names this worker, which takes it back as a candidate at its next scan.
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Each scan page may take this long.
 pub const SCAN_PAGE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often the fleet signal is read (±10 %): 3600 / 0.15 = 24,000 eventually consistent
@@ -416,7 +419,7 @@ impl Supervisor {
                 async move {
                     let started = (Instant::now(), lease_table::now_ms());
                     let result = table
-                        .acquire(&stream_id, lease, skew, AWS_CALL_TIMEOUT)
+                        .acquire(&stream_id, lease, skew, ACQUIRE_TIMEOUT)
                         .await;
                     (stream_id, started, result)
                 }

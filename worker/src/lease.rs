@@ -62,7 +62,7 @@ impl CallError {
 /// of streams acquired together renews them together: without a bound, that burst queues at
 /// the server instead, every call in it times out at once, and every retry (the timed-out
 /// writes still execute) doubles the load.
-pub const MAX_IN_FLIGHT: usize = 32;
+pub const MAX_IN_FLIGHT: usize = 16;
 
 #[derive(Clone)]
 pub struct LeaseTable {

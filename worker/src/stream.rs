@@ -28,8 +28,17 @@ use crate::lease::LeaseTable;
 use crate::metrics::{Metrics, StreamStats};
 use crate::sink::{Sink, SinkAnswer};
 
-/// Longest any single DynamoDB call may take (less when the lease has less time left).
+/// Longest any single DynamoDB call may take (less when the lease has less time left), except
+/// renewals, which may wait up to [`renew_timeout`].
 pub const AWS_CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A renewal's timeout: half the renew interval, between [`AWS_CALL_TIMEOUT`] and 10 s (and
+/// never past the local deadline). A timed-out write still executes at the server, so under a
+/// burst a short timeout turns a slow table into a stuck one (every renewal times out and is
+/// sent again); a long lease can afford to wait instead.
+pub fn renew_timeout(renew_every: Duration) -> Duration {
+    (renew_every / 2).clamp(AWS_CALL_TIMEOUT, Duration::from_secs(10))
+}
 /// Longest a sink post may take (less when the lease has less time left).
 pub const SINK_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest an upstream connect may take.
@@ -39,8 +48,8 @@ const SINK_BACKOFF: Backoff = Backoff {
     cap: Duration::from_secs(2),
 };
 const AWS_BACKOFF: Backoff = Backoff {
-    base: Duration::from_millis(50),
-    cap: Duration::from_secs(1),
+    base: Duration::from_millis(100),
+    cap: Duration::from_secs(2),
 };
 const CONNECT_BACKOFF: Backoff = Backoff {
     base: Duration::from_millis(50),
@@ -400,7 +409,8 @@ impl Runner {
     }
 
     fn start_renew(&mut self, now: Instant) -> Option<Exit> {
-        let Some(timeout) = self.core.call_timeout(now, AWS_CALL_TIMEOUT) else {
+        let max = renew_timeout(self.shared.renew_every);
+        let Some(timeout) = self.core.call_timeout(now, max) else {
             return Some(self.lose(LostReason::Deadline));
         };
         let checkpoint = self.core.checkpoint_due();

@@ -1,32 +1,84 @@
 //! The phase split from the workers' JSON logs: when each new owner logged "stream acquired;
-//! consuming" (after its acquire `UpdateItem` returned, before it connected upstream).
+//! consuming" (after its acquire `UpdateItem` returned, before it connected upstream), and the
+//! "first batch accepted" line with the acquisition's phases (acquire round trip, connect, first
+//! replayed frame, first accepted batch).
 
 use std::collections::HashMap;
 use std::path::Path;
 
 /// The worker's log message for a fresh acquisition.
 pub const ACQUIRED_MESSAGE: &str = "stream acquired; consuming";
+/// The worker's log message when an acquisition's first batch is accepted, with its phases.
+pub const FIRST_BATCH_MESSAGE: &str = "first batch accepted";
+
+/// The phase split the worker logs with [`FIRST_BATCH_MESSAGE`] (milliseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PhaseLine {
+    /// Wall clock (Unix ms) when the acquiring `UpdateItem` was sent.
+    pub acquire_started_unix_ms: i64,
+    /// The acquire's round trip.
+    pub acquire_ms: u64,
+    /// Acquire answered → upstream WebSocket open.
+    pub connect_ms: u64,
+    /// Socket open → first frame (the replay from the checkpoint starts).
+    pub first_event_ms: u64,
+    /// First frame → the sink's 2xx for the first batch.
+    pub first_accept_ms: u64,
+}
+
+/// (owner, stream, fence) → the phase line of that acquisition, from every `*.log` in `dir`.
+pub fn phases(dir: &Path) -> HashMap<(String, String, u64), PhaseLine> {
+    let mut out = HashMap::new();
+    for (owner, text) in logs(dir) {
+        for line in text.lines().filter(|l| l.contains(FIRST_BATCH_MESSAGE)) {
+            if let Some((stream, fence, phase)) = parse_phases(line) {
+                out.insert((owner.clone(), stream, fence), phase);
+            }
+        }
+    }
+    out
+}
+
+/// One JSON "first batch accepted" line → (stream_id, fence_token, phases).
+pub fn parse_phases(line: &str) -> Option<(String, u64, PhaseLine)> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    let field = |k: &str| v.get(k).or_else(|| v.get("fields").and_then(|f| f.get(k)));
+    if field("message")?.as_str()? != FIRST_BATCH_MESSAGE {
+        return None;
+    }
+    let ms = |k: &str| field(k).and_then(serde_json::Value::as_u64);
+    let phase = PhaseLine {
+        acquire_started_unix_ms: field("acquire_started_unix_ms")?.as_i64()?,
+        acquire_ms: ms("acquire_ms")?,
+        connect_ms: ms("connect_ms")?,
+        first_event_ms: ms("first_event_ms")?,
+        first_accept_ms: ms("first_accept_ms")?,
+    };
+    let stream = field("stream_id")?.as_str()?.to_string();
+    Some((stream, field("fence_token")?.as_u64()?, phase))
+}
+
+/// (worker name, log text) of every `*.log` in `dir` (the worker's name is the file stem).
+fn logs(dir: &Path) -> Vec<(String, String)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .filter_map(|path| {
+            let owner = path.file_stem()?.to_string_lossy().to_string();
+            Some((owner, std::fs::read_to_string(&path).ok()?))
+        })
+        .collect()
+}
 
 /// (owner, stream, fence) → Unix ms of the acquisition log line, from every `*.log` in `dir`
 /// (the worker's name is the file stem).
 pub fn acquisitions(dir: &Path) -> HashMap<(String, String, u64), i64> {
     let mut out = HashMap::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for entry in entries.filter_map(Result::ok) {
-        let path = entry.path();
-        if path.extension().is_none_or(|e| e != "log") {
-            continue;
-        }
-        let owner = path
-            .file_stem()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .to_string();
-        let Ok(text) = std::fs::read_to_string(&path) else {
-            continue;
-        };
+    for (owner, text) in logs(dir) {
         for line in text.lines().filter(|l| l.contains(ACQUIRED_MESSAGE)) {
             if let Some((stream, fence, at)) = parse_acquired(line) {
                 out.insert((owner.clone(), stream, fence), at);
@@ -86,5 +138,24 @@ mod tests {
         let line = r#"{"timestamp":"1970-01-01T00:00:02.25Z","level":"INFO","message":"stream acquired; consuming","stream_id":"s-0003","fence_token":4,"from":10}"#;
         assert_eq!(parse_acquired(line), Some(("s-0003".into(), 4, 2_250)));
         assert_eq!(parse_acquired(r#"{"message":"other"}"#), None);
+        let line = r#"{"timestamp":"1970-01-01T00:00:02.25Z","level":"INFO","fields":{"message":"first batch accepted","stream_id":"s-0003","fence_token":4,"acquire_started_unix_ms":2100,"acquire_ms":12,"connect_ms":3,"first_event_ms":1,"first_accept_ms":9,"total_ms":25,"first_batch_events":40}}"#;
+        assert_eq!(
+            parse_phases(line),
+            Some((
+                "s-0003".into(),
+                4,
+                PhaseLine {
+                    acquire_started_unix_ms: 2100,
+                    acquire_ms: 12,
+                    connect_ms: 3,
+                    first_event_ms: 1,
+                    first_accept_ms: 9,
+                }
+            ))
+        );
+        assert_eq!(
+            parse_phases(r#"{"fields":{"message":"first batch accepted"}}"#),
+            None
+        );
     }
 }

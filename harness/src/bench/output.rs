@@ -66,6 +66,39 @@ pub fn takeover_table(bench: &TakeoverBench) -> String {
     t
 }
 
+/// Where the time goes (Markdown): p50 / p99 of each phase, per lease, mode and kind.
+pub fn phase_table(bench: &TakeoverBench) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "| lease ms | mode | kind | detection beyond the floor | acquire round trip | connect | socket → first frame | first frame → accepted |"
+    );
+    let _ = writeln!(t, "|---:|---|---|---|---|---|---|---|");
+    let pair = |d: &Dist| match (d.p50, d.p99) {
+        (Some(a), Some(b)) => format!("{a} / {b}"),
+        _ => "–".to_string(),
+    };
+    for r in &bench.takeover {
+        let detect = match (r.detect_ms.p50, r.detect_ms.p99, r.detect_ms.min) {
+            (Some(a), Some(b), Some(lo)) if lo < 0 => format!("{a} / {b} (min {lo})"),
+            _ => pair(&r.detect_ms),
+        };
+        let _ = writeln!(
+            t,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.lease_ms,
+            r.mode,
+            r.kind.name(),
+            detect,
+            pair(&r.acquire_ms),
+            pair(&r.connect_ms),
+            pair(&r.replay_ms),
+            pair(&r.first_accept_ms),
+        );
+    }
+    t
+}
+
 /// The cost table (Markdown).
 pub fn cost_table(bench: &TakeoverBench) -> String {
     let mut t = String::new();
@@ -145,6 +178,9 @@ pub fn write_takeover(dir: &Path, bench: &TakeoverBench, command: &str) -> anyho
     );
     let _ = writeln!(md, "overhead = takeover_ms − floor (crash: lease remaining at the kill + skew margin; handoff: 0). fault→acquired: from the signal to the new owner's `stream acquired` log line (detection + acquire round trip); acquired→accepted: upstream connect + replay + first accepted batch.\n");
     md.push_str(&takeover_table(bench));
+    let _ = writeln!(md, "\n## Where the time goes (p50 / p99 ms)\n");
+    let _ = writeln!(md, "From each new owner's `first batch accepted` log line. Detection: from the fault to the acquire request, less the floor (crash: how late after the lease and skew ran out the new owner asked; negative = it asked before the floor estimate, a lease renewed after the table read at the kill; handoff: the old owner's flush and release plus the fleet signal's notice).\n");
+    md.push_str(&phase_table(bench));
     let _ = writeln!(md, "\n## DynamoDB cost\n");
     md.push_str(&cost_table(bench));
     if !bench.errors.is_empty() {
@@ -162,6 +198,8 @@ pub fn write_takeover(dir: &Path, bench: &TakeoverBench, command: &str) -> anyho
         escape(command)
     );
     html.push_str(&md_table_to_html(&takeover_table(bench)));
+    html.push_str("<h2>Where the time goes (p50 / p99 ms)</h2>");
+    html.push_str(&md_table_to_html(&phase_table(bench)));
     html.push_str("<h2>Overhead above the floor, crash takeovers</h2>");
     html.push_str(&overhead_cdf(bench, Kind::Crash)?);
     html.push_str("<h2>Graceful handoff (floor 0)</h2>");
@@ -367,6 +405,13 @@ mod tests {
                         takeover_ms: lease / 2 + 40 * i * i + if mode == "poll" { 700 } else { 0 },
                         floor_ms: if i % 2 == 0 { lease / 2 } else { 0 },
                         acquired_ms: Some(lease / 2 + 10 * i),
+                        phases: Some(super::super::stats::Phases {
+                            detect: 5 * i as i64 - 10,
+                            acquire: 8,
+                            connect: 2,
+                            replay: 1,
+                            first_accept: 6 + i,
+                        }),
                     })
                     .collect();
                 for kind in [Kind::Crash, Kind::Handoff] {
@@ -429,6 +474,15 @@ mod tests {
         }
         let md = std::fs::read_to_string(dir.path().join("bench.md")).unwrap();
         assert!(md.contains("## Problems\n\n- lease 1000 ms: <too short>"));
+        assert!(md.contains("## Where the time goes"));
+        assert!(
+            md.contains("| 8 / 8 | 2 / 2 | 1 / 1 |"),
+            "acquire, connect and first-frame phases: {md}"
+        );
+        assert!(
+            md.contains("(min -10)"),
+            "a detection before the floor shows"
+        );
         let csv = std::fs::read_to_string(dir.path().join("samples.csv")).unwrap();
         assert_eq!(csv.lines().count(), 1 + 24);
         let json: serde_json::Value =

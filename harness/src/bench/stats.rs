@@ -49,6 +49,21 @@ pub struct Sample {
     pub floor_ms: u64,
     /// From the fault to the new owner's "stream acquired" log line, when it was found.
     pub acquired_ms: Option<u64>,
+    /// The new owner's phase line, when it was found.
+    #[serde(skip)]
+    pub phases: Option<Phases>,
+}
+
+/// Where one takeover's time went (ms). `detect` is from the fault to the acquire request,
+/// less the floor: for a crash, how late after the lease (+ skew) ran out the new owner tried;
+/// for a handoff, the drain's flush and release plus the fleet signal's notice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Phases {
+    pub detect: i64,
+    pub acquire: u64,
+    pub connect: u64,
+    pub replay: u64,
+    pub first_accept: u64,
 }
 
 impl Sample {
@@ -83,6 +98,7 @@ pub fn samples(takeovers: &[Takeover], skew_margin_ms: u64) -> Vec<Sample> {
                 takeover_ms,
                 floor_ms,
                 acquired_ms: None,
+                phases: None,
             })
         })
         .collect()
@@ -129,6 +145,14 @@ pub struct TakeoverRow {
     pub to_acquired_ms: Dist,
     /// Phase split: acquisition → first accepted event (connect + replay + first batch).
     pub acquired_to_accepted_ms: Dist,
+    /// Finer phases from the worker's "first batch accepted" line: fault → acquire request
+    /// less the floor (detection), the acquire's round trip, the upstream connect, socket open →
+    /// first replayed frame, first frame → first accepted batch.
+    pub detect_ms: Dist,
+    pub acquire_ms: Dist,
+    pub connect_ms: Dist,
+    pub replay_ms: Dist,
+    pub first_accept_ms: Dist,
 }
 
 /// Summarises the samples of one kind.
@@ -163,6 +187,11 @@ pub fn row(
         overhead_ms: of(&|s| Some(s.overhead_ms())),
         to_acquired_ms: of(&|s| s.acquired_ms.map(|a| a as i64)),
         acquired_to_accepted_ms: of(&|s| s.acquired_ms.map(|a| s.takeover_ms as i64 - a as i64)),
+        detect_ms: of(&|s| s.phases.map(|p| p.detect)),
+        acquire_ms: of(&|s| s.phases.map(|p| p.acquire as i64)),
+        connect_ms: of(&|s| s.phases.map(|p| p.connect as i64)),
+        replay_ms: of(&|s| s.phases.map(|p| p.replay as i64)),
+        first_accept_ms: of(&|s| s.phases.map(|p| p.first_accept as i64)),
     }
 }
 

@@ -263,11 +263,22 @@ async fn one_mode(
     let report = crate::analysis::analyse(records);
     let mut samples = stats::samples(&report.takeovers, skew);
     let acquired = super::logs::acquisitions(&workers_dir);
+    let phases = super::logs::phases(&workers_dir);
     for s in &mut samples {
         let key = (s.to_owner.clone(), s.stream_id.clone(), s.to_fence);
         if let Some(at) = acquired.get(&key) {
             let run_ms = at - wall_t0;
             s.acquired_ms = Some((run_ms - s.fault_t_ms as i64).max(0) as u64);
+        }
+        if let Some(p) = phases.get(&key) {
+            let asked = p.acquire_started_unix_ms - wall_t0 - s.fault_t_ms as i64;
+            s.phases = Some(stats::Phases {
+                detect: asked - s.floor_ms as i64,
+                acquire: p.acquire_ms,
+                connect: p.connect_ms,
+                replay: p.first_event_ms,
+                first_accept: p.first_accept_ms,
+            });
         }
     }
     let rows = [Kind::Crash, Kind::Handoff]
