@@ -3,7 +3,10 @@
 //!
 //! Raw flags are strings so that every refusal is ours, names the variable and the value, and
 //! fits on one line. This module never opens a socket, except to ask the ECS task metadata
-//! endpoint for the task ARN when `OWNER_ID` is not set.
+//! endpoint for the task ARN when `OWNER_ID` is not set. Which CAs `wss://` and `https://`
+//! trust is in [`tls`].
+
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -50,13 +53,20 @@ pub const DEFAULT_BATCH_MAX_DELAY_MS: &str = "20";
 pub const SAFETY_DIVISOR: u32 = 10;
 pub const MAX_SAFETY_MARGIN: Duration = Duration::from_secs(1);
 
+/// Shown at the end of `--help`: where the CAs for `wss://` and `https://` come from.
+pub const TLS_HELP: &str =
+    "TLS: wss:// upstreams and https:// sinks verify the server against the system CA \
+store (/etc/ssl/certs). Set SSL_CERT_FILE (a PEM bundle) or SSL_CERT_DIR to trust other CAs: when \
+either is set, only the certificates there are trusted, not the system store.";
+
 /// `lease-worker`: owns WebSocket streams through DynamoDB leases and publishes them to a fenced sink.
 #[derive(Debug, Parser)]
 #[command(
     name = "lease-worker",
     version,
     about,
-    args_conflicts_with_subcommands = true
+    args_conflicts_with_subcommands = true,
+    after_help = TLS_HELP
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -91,10 +101,10 @@ pub struct RawConfig {
     /// Renew interval in seconds; must be shorter than the lease minus its safety margin.
     #[arg(long, env = "RENEW_SECONDS", default_value = DEFAULT_RENEW_SECONDS)]
     pub renew_seconds: String,
-    /// Upstream WebSocket base URL (ws://HOST:PORT); streams are at /streams/{id}?from=SEQ.
+    /// Upstream WebSocket base URL (ws:// or wss://HOST:PORT); streams are at /streams/{id}?from=SEQ.
     #[arg(long, env = "UPSTREAM_URL")]
     pub upstream_url: Option<String>,
-    /// Sink base URL (http://HOST:PORT); batches go to POST /streams/{id}/events.
+    /// Sink base URL (http:// or https://HOST:PORT); batches go to POST /streams/{id}/events.
     #[arg(long, env = "SINK_URL")]
     pub sink_url: Option<String>,
     /// Most streams this worker holds [default: no limit besides the fair share].
@@ -275,8 +285,8 @@ impl RawConfig {
             Some(m) => count("MAX_STREAMS", m)?,
             None => usize::MAX,
         };
-        let upstream_url = url("UPSTREAM_URL", self.upstream_url.as_deref(), &["ws"])?;
-        let sink_url = url("SINK_URL", self.sink_url.as_deref(), &["http"])?;
+        let upstream_url = url("UPSTREAM_URL", self.upstream_url.as_deref(), &["ws", "wss"])?;
+        let sink_url = url("SINK_URL", self.sink_url.as_deref(), &["http", "https"])?;
         let aws_endpoint_url = match &self.aws_endpoint_url {
             Some(e) if !e.is_empty() => Some(url("AWS_ENDPOINT_URL", Some(e), &["http", "https"])?),
             _ => None,
@@ -445,6 +455,9 @@ mod tests {
             (&["--max-streams", "0"], "MAX_STREAMS"),
             (&["--upstream-url", "not a url"], "UPSTREAM_URL"),
             (&["--sink-url", "ws://x:1"], "SINK_URL"),
+            (&["--sink-url", "ftp://x:1"], "SINK_URL"),
+            (&["--upstream-url", "http://x:1"], "UPSTREAM_URL"),
+            (&["--upstream-url", "https://x:1"], "UPSTREAM_URL"),
             (&["--metrics-addr", "localhost"], "METRICS_ADDR"),
             (&["--acquire-mode", "greedy"], "ACQUIRE_MODE"),
             (&["--log-format", "xml"], "LOG_FORMAT"),
@@ -455,6 +468,31 @@ mod tests {
             assert!(err.0.contains(name), "{args:?}: {err}");
             assert!(!err.0.contains('\n'), "{args:?}: {err}");
         }
+    }
+
+    #[test]
+    fn tls_schemes_are_accepted() {
+        let config = raw(&[
+            "--upstream-url",
+            "wss://feed.example.com/",
+            "--sink-url",
+            "https://sink.example.com:8443",
+        ])
+        .validate()
+        .unwrap();
+        assert_eq!(config.upstream_url, "wss://feed.example.com");
+        assert_eq!(config.sink_url, "https://sink.example.com:8443");
+    }
+
+    #[test]
+    fn a_refused_scheme_names_the_variable_the_value_and_the_allowed_schemes() {
+        let err = raw(&["--upstream-url", "https://feed.example.com"])
+            .validate()
+            .unwrap_err();
+        assert_eq!(
+            err.0,
+            "UPSTREAM_URL=\"https://feed.example.com\" must be a ws:// or wss:// URL with a host"
+        );
     }
 
     #[test]

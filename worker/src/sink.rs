@@ -32,14 +32,27 @@ pub struct Sink {
 }
 
 impl Sink {
-    /// A client posting under `base` (no trailing slash).
+    /// A client posting under `base` (no trailing slash). `https://` trusts the CAs described in
+    /// [`crate::config::tls`].
     pub fn new(base: &str) -> Self {
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(2))
-            .pool_idle_timeout(Duration::from_secs(30))
-            .tcp_nodelay(true)
-            .build()
-            .expect("a plain HTTP client always builds");
+        let builder = || {
+            reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(2))
+                .pool_idle_timeout(Duration::from_secs(30))
+                .tcp_nodelay(true)
+        };
+        // reqwest loads the CA certificates when it builds and refuses to build without any (an
+        // image with no CA bundle). A plain http:// sink does not need them; an https:// one was
+        // refused at start by `tls::check`, so reaching this with https:// is a race with the files.
+        let client = builder().build().unwrap_or_else(|e| {
+            if base.starts_with("https://") {
+                tracing::error!(error = %chain(&e), source = %crate::config::tls::ca_source(), "sink client: no CA certificate to trust; every https post will fail");
+            }
+            builder()
+                .tls_certs_only(Vec::new())
+                .build()
+                .expect("a client trusting no CA has no certificates to load")
+        });
         Sink {
             client,
             base: base.trim_end_matches('/').to_string(),
@@ -81,13 +94,13 @@ impl Sink {
             Err(e) if e.is_timeout() => {
                 return SinkAnswer::Transient {
                     status: "timeout",
-                    detail: e.to_string(),
+                    detail: chain(&e),
                 }
             }
             Err(e) => {
                 return SinkAnswer::Transient {
                     status: "connect",
-                    detail: e.to_string(),
+                    detail: chain(&e),
                 }
             }
         };
@@ -110,5 +123,47 @@ impl Sink {
                 detail: format!("HTTP {status}: {detail}"),
             }
         }
+    }
+}
+
+/// An error and its causes on one line: reqwest's own message omits why the request failed
+/// (e.g. "invalid peer certificate: UnknownIssuer").
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut line = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        let text = e.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        cause = e.source();
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_refused_connection_says_why() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let sink = Sink::new(&format!("http://{addr}"));
+        let answer = sink
+            .post(
+                &sink.url_for("s-1"),
+                Bytes::from_static(b"{}"),
+                Duration::from_secs(2),
+                None,
+            )
+            .await;
+        let SinkAnswer::Transient { status, detail } = answer else {
+            panic!("a closed port is transient: {answer:?}");
+        };
+        assert_eq!(status, "connect");
+        assert!(detail.to_lowercase().contains("refused"), "{detail}");
     }
 }

@@ -575,8 +575,10 @@ impl Runner {
         );
         tracing::debug!(stream_id = %self.id, %url, "connecting upstream");
         self.upstream = Upstream::Connecting(Box::pin(async move {
-            match tokio::time::timeout(CONNECT_TIMEOUT, tokio_tungstenite::connect_async(url)).await
-            {
+            let tls = crate::config::tls::upstream_connector(&url)?;
+            let connect =
+                tokio_tungstenite::connect_async_tls_with_config(url, None, false, Some(tls));
+            match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
                 Ok(Ok((ws, _))) => Ok(Box::new(ws)),
                 Ok(Err(e)) => Err(e.to_string()),
                 Err(_) => Err(format!("no handshake within {CONNECT_TIMEOUT:?}")),

@@ -1,11 +1,12 @@
 //! `lease-worker` binary: flags → config → `lease_worker::run`, with OS signals as shutdown.
 //! Exit codes: 0 after a drain (or a healthy `health`), 1 on a runtime failure or unhealthy
-//! `health`, 2 for a refused configuration, 130 on a second signal.
+//! `health`, 2 for a refused configuration (including a `wss://`/`https://` URL with no CA
+//! certificate to trust), 130 on a second signal.
 
 use std::process::ExitCode;
 
 use clap::Parser;
-use lease_worker::config::Command;
+use lease_worker::config::{tls, Command};
 use lease_worker::Cli;
 
 fn main() -> ExitCode {
@@ -33,7 +34,21 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    tls::install_crypto_provider();
+    let trust = match tls::check(&config) {
+        Ok(trust) => trust,
+        Err(e) => {
+            eprintln!("lease-worker: invalid configuration: {e}");
+            return ExitCode::from(2);
+        }
+    };
     lease_worker::init_tracing(config.log_format);
+    if let Some(trust) = trust {
+        tracing::info!(roots = trust.roots, source = %trust.source, "TLS: trusting {} CA certificates", trust.roots);
+        for warning in &trust.warnings {
+            tracing::warn!(source = %trust.source, %warning, "TLS: a CA certificate could not be loaded");
+        }
+    }
     runtime.block_on(async {
         match lease_worker::run(config, first_signal()).await {
             Ok(_) => ExitCode::SUCCESS,
