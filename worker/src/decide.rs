@@ -329,13 +329,20 @@ pub struct Plan {
     pub bid: Option<String>,
     /// Owned streams in `shed` because a bidder holding at least two fewer asked for them.
     pub honoured: Vec<String>,
+    /// Owners seen with a lapsed lease in this view (a healthy owner never lets one lapse).
+    /// The caller remembers them and passes them back as `leaving` while their other leases
+    /// run out: otherwise, once the lapsed streams are taken, the dead owner's remaining
+    /// (unexpired) streams make it look live again, the share shrinks, and the streams just
+    /// taken over are shed and taken over again.
+    pub lapsed: Vec<String>,
 }
 
 /// Decides what to acquire, shed and watch from a view of the table at `now_ms`.
 ///
 /// Live owners are the distinct holders of unexpired leases, excluding any owner with an
-/// expired lease (a healthy owner never lets one lapse) and any owner announced as `draining`
-/// (it is about to release everything, so its streams belong to the remaining share), plus
+/// expired lease (a healthy owner never lets one lapse) and any owner in `leaving`: announced
+/// as draining by the fleet signal (it is about to release everything, so its streams belong to
+/// the remaining share), or remembered from an earlier view's `lapsed`; plus
 /// workers with a fresh bid (`bids`: the caller passes only fresh bids of other workers), plus
 /// `me`. Candidates are free items,
 /// expired ones, and items naming `me` that this process does not run. They are ordered by a
@@ -349,7 +356,7 @@ pub struct Plan {
 pub fn plan(
     items: &[LeaseItem],
     bids: &[Bid],
-    draining: &HashSet<String>,
+    leaving: &HashSet<String>,
     me: &str,
     owned: &HashSet<String>,
     now_ms: i64,
@@ -382,11 +389,11 @@ pub fn plan(
             }
         }
     }
-    live.retain(|owner| !dead.contains(owner) && !draining.contains(*owner));
+    live.retain(|owner| !dead.contains(owner) && !leaving.contains(*owner));
     live.extend(
         bids.iter()
             .map(|b| b.bidder.as_str())
-            .filter(|b| *b != me && !draining.contains(*b)),
+            .filter(|b| *b != me && !leaving.contains(*b)),
     );
     live.remove(me);
     let live_owners = live.len() + 1;
@@ -417,7 +424,7 @@ pub fn plan(
     let mut on_mine: Vec<&Bid> = bids
         .iter()
         .filter(|b| b.bidder != me && owned.contains(&b.stream_id))
-        .filter(|b| !draining.contains(&b.bidder))
+        .filter(|b| !leaving.contains(&b.bidder))
         .collect();
     on_mine.sort_by(|x, y| (x.at, &x.stream_id).cmp(&(y.at, &y.stream_id)));
     for bid in on_mine {
@@ -443,7 +450,7 @@ pub fn plan(
             .filter(|(owner, streams)| {
                 **owner != me
                     && !dead.contains(*owner)
-                    && !draining.contains(**owner)
+                    && !leaving.contains(**owner)
                     // More than one above us: taking one from them narrows the spread. A
                     // bar at `target` alone would leave a late worker starved whenever the
                     // early ones hold exactly their (too small a fleet's) share.
@@ -457,6 +464,8 @@ pub fn plan(
                 .map(|id| id.to_string());
         }
     }
+    let mut lapsed: Vec<String> = dead.iter().map(|o| o.to_string()).collect();
+    lapsed.sort();
     Plan {
         target,
         live_owners,
@@ -466,6 +475,7 @@ pub fn plan(
         deferred,
         bid,
         honoured,
+        lapsed,
     }
 }
 

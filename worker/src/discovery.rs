@@ -86,6 +86,10 @@ pub struct Supervisor {
     fleet_generation: Option<u64>,
     /// Owners the fleet signal names as draining (never this worker while it runs).
     draining_owners: HashSet<String>,
+    /// Owners seen with a lapsed lease (dead, or paused past their lease), with the Unix ms at
+    /// which they were first seen so: not live owners until they hold nothing any more, or
+    /// renew a lease past that moment (a resumed owner).
+    lapsed_owners: HashMap<String, i64>,
 }
 
 impl Supervisor {
@@ -107,13 +111,21 @@ impl Supervisor {
             last_scan: (Duration::ZERO, 1),
             fleet_generation: None,
             draining_owners: HashSet::new(),
+            lapsed_owners: HashMap::new(),
         }
     }
 
     fn limits(&self) -> PlanLimits {
+        // Once a scan has shown other owners, the share is the fleet's and the ramp (which is
+        // there to spread a cold start) only slows a takeover down.
+        let per_round = if self.last_scan.1 > 1 {
+            MAX_PER_ROUND
+        } else {
+            self.per_round
+        };
         PlanLimits {
             max_streams: self.config.max_streams,
-            per_round: self.per_round,
+            per_round,
             skew_ms: self.config.skew_margin.as_millis() as i64,
         }
     }
@@ -320,16 +332,39 @@ impl Supervisor {
             .filter(|b| b.at >= fresh && *b.bidder != *me)
             .cloned()
             .collect();
+        // Lapsed owners stay out of the live count until they hold nothing, or renewed after
+        // they were seen lapsed (a paused owner that resumed in time for some of its leases).
+        let lease_ms = self.config.lease.as_millis() as i64;
+        let known = &self.known;
+        self.lapsed_owners.retain(|owner, seen| {
+            let mut holds = false;
+            for item in known
+                .iter()
+                .filter(|i| i.owner_id.as_deref() == Some(owner))
+            {
+                match item.lease_expires_at {
+                    Some(t) if t > *seen + lease_ms => return false,
+                    Some(t) if t >= now_ms => holds = true,
+                    _ => {}
+                }
+            }
+            holds
+        });
+        let mut leaving = self.draining_owners.clone();
+        leaving.extend(self.lapsed_owners.keys().cloned());
         let plan = decide::plan(
             &self.known,
             &bids,
-            &self.draining_owners,
+            &leaving,
             &me,
             &owned,
             now_ms,
             self.limits(),
         );
 
+        for owner in &plan.lapsed {
+            self.lapsed_owners.entry(owner.clone()).or_insert(now_ms);
+        }
         let metrics = &self.shared.metrics;
         metrics.table_streams.set(self.known.len() as i64);
         metrics.live_owners.set(plan.live_owners as i64);

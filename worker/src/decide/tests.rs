@@ -206,6 +206,57 @@ fn a_draining_owner_is_not_counted_live_and_its_released_streams_are_taken() {
     assert_eq!(counted.target, 2);
 }
 
+#[test]
+fn a_lapsed_owner_is_reported_and_stays_out_while_remembered() {
+    let now = 50_000;
+    // x died: one lease lapsed (taken by me since), two still run out. y and me hold 2 each.
+    let mut items = vec![
+        item("x1", Some("x"), Some(now - 1_000)),
+        item("x2", Some("x"), Some(now + 2_000)),
+        item("x3", Some("x"), Some(now + 2_500)),
+        item("y1", Some("y"), Some(now + 5_000)),
+        item("y2", Some("y"), Some(now + 5_000)),
+        item("m1", Some("me"), Some(now + 5_000)),
+        item("m2", Some("me"), Some(now + 5_000)),
+    ];
+    let owned: HashSet<String> = ["m1".to_string(), "m2".to_string()].into();
+    let first = plan(
+        &items,
+        &[],
+        &HashSet::new(),
+        "me",
+        &owned,
+        now,
+        limits(usize::MAX),
+    );
+    assert_eq!(first.lapsed, ["x"]);
+    assert_eq!(first.live_owners, 2, "y and me");
+    assert_eq!(first.target, 4);
+    assert_eq!(first.acquire, ["x1"]);
+
+    // x1 taken: the view no longer shows a lapsed lease of x. Forgotten, x looks live again
+    // and the share shrinks (what made takeovers shed and churn); remembered, it does not.
+    items[0] = item("x1", Some("me"), Some(now + 10_000));
+    let owned: HashSet<String> = ["m1", "m2", "x1"].iter().map(|s| s.to_string()).collect();
+    let forgot = plan(
+        &items,
+        &[],
+        &HashSet::new(),
+        "me",
+        &owned,
+        now,
+        limits(usize::MAX),
+    );
+    assert_eq!(forgot.live_owners, 3);
+    assert_eq!(forgot.target, 3);
+    let leaving: HashSet<String> = ["x".to_string()].into();
+    let kept = plan(&items, &[], &leaving, "me", &owned, now, limits(usize::MAX));
+    assert_eq!(kept.live_owners, 2);
+    assert_eq!(kept.target, 4);
+    assert!(kept.shed.is_empty());
+    assert_eq!(kept.bid, None, "a leaving owner is never bid on");
+}
+
 fn plan_without_draining(items: &[LeaseItem], now: i64) -> Plan {
     plan(
         items,
