@@ -393,7 +393,9 @@ pub fn plan(
     live.extend(
         bids.iter()
             .map(|b| b.bidder.as_str())
-            .filter(|b| *b != me && !leaving.contains(*b)),
+            // A bid is no sign of life from an owner whose lease lapsed (it may have bid just
+            // before it died): counting it would shrink everyone's share mid-takeover.
+            .filter(|b| *b != me && !leaving.contains(*b) && !dead.contains(*b)),
     );
     live.remove(me);
     let live_owners = live.len() + 1;
@@ -424,7 +426,7 @@ pub fn plan(
     let mut on_mine: Vec<&Bid> = bids
         .iter()
         .filter(|b| b.bidder != me && owned.contains(&b.stream_id))
-        .filter(|b| !leaving.contains(&b.bidder))
+        .filter(|b| !leaving.contains(&b.bidder) && !dead.contains(b.bidder.as_str()))
         .collect();
     on_mine.sort_by(|x, y| (x.at, &x.stream_id).cmp(&(y.at, &y.stream_id)));
     for bid in on_mine {

@@ -3,7 +3,7 @@
 //! wakes up right when a watched lease expires instead of at the next scan.
 //!
 //! Between scans it polls the fleet signal ([`lease_table::FLEET_ITEM`], one `GetItem` every
-//! [`FLEET_POLL`]): a draining worker marks itself there and bumps its generation after its
+//! `FLEET_POLL_MS`): a draining worker marks itself there and bumps its generation after its
 //! releases, so the others scan at once and take the freed streams within milliseconds, instead
 //! of at their next scan.
 //!
@@ -34,6 +34,8 @@ pub const PER_ROUND: usize = 8;
 pub const MAX_PER_ROUND: usize = 64;
 /// While below the fair share with candidates left, the next round comes this soon.
 pub const FAST_RESCAN: Duration = Duration::from_millis(250);
+/// The shortest wait before a hurried rescan (see `Supervisor::rescan_delay`).
+pub const MIN_RESCAN: Duration = Duration::from_millis(20);
 /// Rounds planned on the last scan's view (its candidates, corrected by refused acquires) before
 /// a hurried worker scans again. A scan costs the table a read of every item, and a cold start of
 /// W workers rescanning every 250 ms costs W × 4 full reads a second: 20 workers on 2,000 streams
@@ -44,10 +46,9 @@ pub const VIEW_ROUNDS: u32 = 4;
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Each scan page may take this long.
 pub const SCAN_PAGE_TIMEOUT: Duration = Duration::from_secs(5);
-/// How often the fleet signal is read (±10 %): 3600 / 0.15 = 24,000 eventually consistent
-/// `GetItem`s per worker-hour, 0.5 read request unit each (the item is tiny), whatever the table
-/// size. Not polled when `SCAN_SECONDS` is this short anyway, nor in `ACQUIRE_MODE=poll`.
-pub const FLEET_POLL: Duration = Duration::from_millis(150);
+// How often the fleet signal is read is `FLEET_POLL_MS` (±10 %; default 50 ms: 72,000
+// eventually consistent `GetItem`s per worker-hour, 0.5 read request unit each, whatever the
+// table size). Not polled when `SCAN_SECONDS` is that short anyway, nor in `ACQUIRE_MODE=poll`.
 /// How often the fleet signal is read while some owner is marked draining (a rolling deploy):
 /// its releases are announced within the drain, and seeing them sooner is the handoff time.
 /// 33 reads/s per worker, for the few seconds a deploy lasts.
@@ -78,6 +79,8 @@ pub struct Supervisor {
     per_round: usize,
     /// Hurried rounds planned on the current view since the last scan.
     view_rounds: u32,
+    /// Whether the last round lost an acquire race (its view is stale).
+    raced: bool,
     /// How long the last scan took, and how many live owners its plan counted: a hurried
     /// rescan waits at least their product, so that the fleet's scans together keep the
     /// table at most half busy however large it is.
@@ -108,6 +111,7 @@ impl Supervisor {
             next_watch_ms: None,
             per_round: PER_ROUND,
             view_rounds: 0,
+            raced: false,
             last_scan: (Duration::ZERO, 1),
             fleet_generation: None,
             draining_owners: HashSet::new(),
@@ -140,8 +144,10 @@ impl Supervisor {
     pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) -> usize {
         tokio::pin!(shutdown);
         let mut next_scan = Instant::now();
-        let fleet_polling =
-            self.config.acquire_mode == AcquireMode::ExpiryAware && self.config.scan > FLEET_POLL;
+        let fleet_poll = self.config.fleet_poll;
+        let fleet_polling = self.config.acquire_mode == AcquireMode::ExpiryAware
+            && !fleet_poll.is_zero()
+            && self.config.scan > fleet_poll;
         let mut next_fleet = Instant::now();
         loop {
             let watch_at = match (self.config.acquire_mode, self.next_watch_ms) {
@@ -166,12 +172,18 @@ impl Supervisor {
                         let next = self.after_scan(hurry);
                         next_scan = Instant::now() + self.jittered(next);
                     }
-                    let every = if self.draining_owners.is_empty() { FLEET_POLL } else { FLEET_POLL_DRAINING };
+                    let every = if self.draining_owners.is_empty() { fleet_poll } else { fleet_poll.min(FLEET_POLL_DRAINING) };
                     next_fleet = Instant::now() + self.jittered(every);
                 }
                 _ = tokio::time::sleep_until(watch_at.unwrap_or(far)), if watch_at.is_some() => {
                     if self.acquire_round().await {
-                        next_scan = next_scan.min(Instant::now() + self.jittered(FAST_RESCAN.min(self.config.scan)));
+                        let soon = if self.raced {
+                            self.view_rounds = 0;
+                            self.rescan_delay(true)
+                        } else {
+                            FAST_RESCAN.min(self.config.scan)
+                        };
+                        next_scan = next_scan.min(Instant::now() + self.jittered(soon));
                     }
                 }
                 Some(joined) = self.tasks.join_next(), if !self.tasks.is_empty() => self.on_exit(joined),
@@ -233,21 +245,23 @@ impl Supervisor {
     async fn hurried_round(&mut self) -> Duration {
         if self.view_rounds > 0 && self.view_rounds <= VIEW_ROUNDS {
             let hurry = self.acquire_round().await;
-            if hurry && self.view_rounds < VIEW_ROUNDS {
+            if hurry && !self.raced && self.view_rounds < VIEW_ROUNDS {
                 self.view_rounds += 1;
                 return FAST_RESCAN.min(self.config.scan);
             }
             self.view_rounds = 0;
             return self.rescan_delay(hurry);
         }
-        let hurry = self.scan_round(false).await;
+        // After a lost race the view is stale where it matters: read what the winners wrote.
+        let hurry = self.scan_round(self.raced).await;
         self.after_scan(hurry)
     }
 
-    /// After a scan round: when hurrying and the scan saw other owners (so the share it planned
-    /// with is the fleet's, not a lone worker's), the next rounds reuse its view.
+    /// After a scan round: when hurrying only because the round's cap left candidates (no race
+    /// lost) and the scan saw other owners (so the share it planned with is the fleet's, not a
+    /// lone worker's), the next rounds reuse its view; after a lost race, a fresh scan.
     fn after_scan(&mut self, hurry: bool) -> Duration {
-        if hurry && self.last_scan.1 > 1 {
+        if hurry && !self.raced && self.last_scan.1 > 1 {
             self.view_rounds = 1;
             return FAST_RESCAN.min(self.config.scan);
         }
@@ -255,15 +269,16 @@ impl Supervisor {
         self.rescan_delay(hurry)
     }
 
-    /// Until the next scan: the scan interval, or when hurrying, [`FAST_RESCAN`] stretched to
-    /// live owners × last scan time (each worker's scans then take at most 1 / owners of the
-    /// table's time; all of them together at most all of it, at worst once per round trip).
+    /// Until the next scan: the scan interval, or when hurrying, live owners × 2 × the last
+    /// scan's time (at least [`MIN_RESCAN`]): each worker's scans then take at most a
+    /// 1 / (2 × owners) share of the table's time, so all of them together at most half of it,
+    /// whatever the table's size. 120 streams: ~40 ms; 2,000 streams and 20 workers: ~2.5 s.
     fn rescan_delay(&self, hurry: bool) -> Duration {
         if !hurry {
             return self.config.scan;
         }
         let (took, owners) = self.last_scan;
-        FAST_RESCAN
+        MIN_RESCAN
             .max(took * owners.min(1000) as u32 * 2)
             .min(self.config.scan)
     }
@@ -425,6 +440,7 @@ impl Supervisor {
             lease_table::now_ms(),
             self.limits().skew_ms,
         );
+        self.raced = raced;
         let filled = attempts.len() >= self.per_round && !raced;
         let hurry = (plan.deferred > 0 || raced) && self.owned.len() < plan.target;
         self.per_round = if hurry && filled {

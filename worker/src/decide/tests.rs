@@ -257,6 +257,32 @@ fn a_lapsed_owner_is_reported_and_stays_out_while_remembered() {
     assert_eq!(kept.bid, None, "a leaving owner is never bid on");
 }
 
+#[test]
+fn a_bid_from_an_owner_whose_lease_lapsed_counts_for_nothing() {
+    let now = 50_000;
+    // x bid on one of my streams, then died: its lease lapsed.
+    let items = vec![
+        item("x1", Some("x"), Some(now - 1_000)),
+        item("m1", Some("me"), Some(now + 5_000)),
+        item("m2", Some("me"), Some(now + 5_000)),
+        item("m3", Some("me"), Some(now + 5_000)),
+    ];
+    let owned: HashSet<String> = ["m1", "m2", "m3"].iter().map(|s| s.to_string()).collect();
+    let p = plan(
+        &items,
+        &[bid("m1", "x")],
+        &HashSet::new(),
+        "me",
+        &owned,
+        now,
+        limits(usize::MAX),
+    );
+    assert_eq!(p.live_owners, 1, "x's bid does not make it live");
+    assert_eq!(p.target, 4);
+    assert!(p.shed.is_empty() && p.honoured.is_empty(), "{p:?}");
+    assert_eq!(p.acquire, ["x1"]);
+}
+
 fn plan_without_draining(items: &[LeaseItem], now: i64) -> Plan {
     plan(
         items,
