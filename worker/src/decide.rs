@@ -445,8 +445,13 @@ pub fn plan(
     }
     // Below the fair share while someone holds at least two more: bid on their best-ranked
     // stream, which makes this worker count as a live owner everywhere.
+    // Not while a leaving or dead owner still holds streams: they are about to be free, and
+    // taking them evens the counts without anyone handing a stream over.
     let mut bid = None;
-    if owned.len() < target && acquire.is_empty() && deferred == 0 {
+    let freeing = held_by
+        .keys()
+        .any(|owner| leaving.contains(*owner) || dead.contains(*owner));
+    if owned.len() < target && acquire.is_empty() && deferred == 0 && !freeing {
         let busiest = held_by
             .iter()
             .filter(|(owner, streams)| {
