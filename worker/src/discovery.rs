@@ -71,7 +71,9 @@ pub struct Supervisor {
     known: Vec<LeaseItem>,
     bids: Vec<Bid>,
     fences: FenceBook,
-    recently_shed: HashMap<String, Instant>,
+    /// Streams this worker shed or handed over, with when and under which fence: not taken
+    /// back for two scan intervals, unless someone else has held them since (a higher fence).
+    recently_shed: HashMap<String, (Instant, u64)>,
     next_watch_ms: Option<i64>,
     /// Acquisitions allowed in the next round: [`PER_ROUND`], doubled after each round that
     /// took its fill and left candidates behind (a cold start fills a large share in a few
@@ -398,8 +400,14 @@ impl Supervisor {
 
         let now = Instant::now();
         let cooldown = self.config.scan * 2;
-        self.recently_shed
-            .retain(|_, at| now.duration_since(*at) < cooldown);
+        let known = &self.known;
+        self.recently_shed.retain(|stream_id, (at, fence)| {
+            let taken_since = known
+                .iter()
+                .find(|i| i.stream_id == *stream_id)
+                .is_some_and(|i| i.fence_token.unwrap_or(0) > *fence);
+            now.duration_since(*at) < cooldown && !taken_since
+        });
         let attempts: Vec<String> = plan
             .acquire
             .into_iter()
@@ -561,8 +569,14 @@ impl Supervisor {
             }
             _ => return,
         }
+        let fence = self
+            .known
+            .iter()
+            .find(|i| i.stream_id == stream_id)
+            .and_then(|i| i.fence_token)
+            .unwrap_or(0);
         self.recently_shed
-            .insert(stream_id.to_string(), Instant::now());
+            .insert(stream_id.to_string(), (Instant::now(), fence));
     }
 
     fn on_exit(&mut self, joined: Result<(String, Exit), tokio::task::JoinError>) {
