@@ -233,6 +233,28 @@ pub fn owned_by(items: &[LeaseItem], owner: &str, now_ms: i64) -> Vec<ActionStre
         .collect()
 }
 
+/// After a SIGKILL: a renewal the victim sent just before it died may land after the table was
+/// read for the action line, extending the lease by a renew interval the line does not show.
+/// Re-read after the kill, take the later expiry of each stream still held by `owner` under the
+/// same fence, so the crash floor (lease remaining + skew) is not one interval short.
+pub fn settle_after_kill(
+    streams: &mut [ActionStream],
+    after: &[LeaseItem],
+    owner: &str,
+    kill_ms: i64,
+) {
+    for s in streams.iter_mut() {
+        let later = after.iter().find(|i| {
+            i.stream_id == s.stream_id
+                && i.owner_id.as_deref() == Some(owner)
+                && i.fence_token.unwrap_or(0) == s.fence_token
+        });
+        if let Some(expires) = later.and_then(|i| i.lease_expires_at) {
+            s.lease_remaining_ms = s.lease_remaining_ms.max(expires - kill_ms);
+        }
+    }
+}
+
 /// The random draw of each of `count` faults, in schedule order, from the run's seed: the same
 /// seed always gives the same draws, so a run can be replayed with `--seed`.
 pub fn draws(seed: u64, count: usize) -> Vec<u64> {
@@ -305,6 +327,25 @@ pub fn deploy_batches(n: usize, min_percent: u32, max_percent: u32) -> Option<Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_renewal_landing_after_the_kill_moves_the_floor() {
+        let item = |id: &str, owner: &str, fence: u64, expires: i64| LeaseItem {
+            stream_id: id.into(),
+            owner_id: Some(owner.into()),
+            fence_token: Some(fence),
+            lease_expires_at: Some(expires),
+            ..LeaseItem::default()
+        };
+        let before = vec![item("a", "w1", 3, 12_000), item("b", "w1", 5, 11_000)];
+        let mut streams = owned_by(&before, "w1", 10_000);
+        assert_eq!(streams[0].lease_remaining_ms, 2_000);
+        // a was renewed by a request sent before the kill; b was taken over meanwhile.
+        let after = vec![item("a", "w1", 3, 13_000), item("b", "w2", 6, 20_000)];
+        settle_after_kill(&mut streams, &after, "w1", 10_010);
+        assert_eq!(streams[0].lease_remaining_ms, 2_990);
+        assert_eq!(streams[1].lease_remaining_ms, 1_000, "another owner's lease is not ours");
+    }
 
     #[test]
     fn hundred_two_hundred_replaces_everything_in_one_step() {

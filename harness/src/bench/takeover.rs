@@ -346,8 +346,16 @@ async fn fault_cycle(
         Kind::Handoff => libc::SIGTERM,
     };
     let t_ms = lab.recorder.now_ms();
+    let kill_ms = lease_table::now_ms();
     if !lab.fleet.signal(&victim, signal) {
         anyhow::bail!("{victim} exited before it could be signalled");
+    }
+    let mut streams = streams;
+    if kind == Kind::Crash {
+        // A renewal in flight at the kill lands within milliseconds; read again past it.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let after = lab.snapshot().await?;
+        crate::faults::settle_after_kill(&mut streams, &after, &victim, kill_ms);
     }
     lab.recorder.record(Record::Action(Action {
         t_ms,
