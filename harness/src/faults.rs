@@ -344,7 +344,10 @@ mod tests {
         let after = vec![item("a", "w1", 3, 13_000), item("b", "w2", 6, 20_000)];
         settle_after_kill(&mut streams, &after, "w1", 10_010);
         assert_eq!(streams[0].lease_remaining_ms, 2_990);
-        assert_eq!(streams[1].lease_remaining_ms, 1_000, "another owner's lease is not ours");
+        assert_eq!(
+            streams[1].lease_remaining_ms, 1_000,
+            "another owner's lease is not ours"
+        );
     }
 
     #[test]
