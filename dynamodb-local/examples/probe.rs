@@ -3,7 +3,7 @@
 //!
 //!   cargo run --release -p dynamodb-local --example probe -- 2000 32
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use dynamodb_local::{DynamoLocal, Options};
 use lease_table::ops::{self, Holder};
@@ -28,57 +28,60 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("scan of {streams} items: {:?} each", t.elapsed() / n as u32);
 
     let now = lease_table::now_ms();
-    let t = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for chunk in ids.chunks(streams.div_ceil(concurrency)) {
+    burst("acquires", &ids, concurrency, |id| {
         let client = client.clone();
-        let chunk = chunk.to_vec();
-        tasks.spawn(async move {
-            for id in chunk {
-                ops::acquire(&client, table, &id, "probe", 60_000, now, 200)
-                    .await
-                    .unwrap();
-            }
-        });
-    }
-    while tasks.join_next().await.is_some() {}
-    let took = t.elapsed();
-    println!(
-        "{streams} acquires at concurrency {concurrency}: {took:?} ({:.0}/s)",
-        streams as f64 / took.as_secs_f64()
-    );
-
-    let t = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for chunk in ids.chunks(streams.div_ceil(concurrency)) {
-        let client = client.clone();
-        let chunk = chunk.to_vec();
-        tasks.spawn(async move {
-            for id in chunk {
-                let holder = Holder {
-                    owner_id: "probe",
-                    fence_token: 1,
-                };
-                ops::renew(
-                    &client,
-                    table,
-                    &id,
-                    holder,
-                    60_000,
-                    lease_table::now_ms(),
-                    Some(5),
-                )
+        async move {
+            ops::acquire(&client, table, &id, "probe", 60_000, now, 200)
                 .await
                 .unwrap();
+        }
+    })
+    .await;
+    burst("renews", &ids, concurrency, |id| {
+        let client = client.clone();
+        async move {
+            let holder = Holder {
+                owner_id: "probe",
+                fence_token: 1,
+            };
+            ops::renew(
+                &client,
+                table,
+                &id,
+                holder,
+                60_000,
+                lease_table::now_ms(),
+                Some(5),
+            )
+            .await
+            .unwrap();
+        }
+    })
+    .await;
+    Ok(())
+}
+
+/// Runs `op` once per id, `concurrency` ids at a time, and prints the rate.
+async fn burst<F, Fut>(what: &str, ids: &[String], concurrency: usize, op: F)
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let t = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for chunk in ids.chunks(ids.len().div_ceil(concurrency).max(1)) {
+        let calls: Vec<Fut> = chunk.iter().map(|id| op(id.clone())).collect();
+        tasks.spawn(async move {
+            for call in calls {
+                call.await;
             }
         });
     }
     while tasks.join_next().await.is_some() {}
     let took = t.elapsed();
     println!(
-        "{streams} renews at concurrency {concurrency}: {took:?} ({:.0}/s)",
-        streams as f64 / took.as_secs_f64()
+        "{} {what} at concurrency {concurrency}: {took:?} ({:.0}/s)",
+        ids.len(),
+        ids.len() as f64 / took.as_secs_f64()
     );
-    let _ = Duration::ZERO;
-    Ok(())
 }

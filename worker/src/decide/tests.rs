@@ -123,15 +123,7 @@ fn free_and_expired_streams_are_candidates_held_ones_are_watched() {
         item("held", Some("b"), Some(now + 5_000)),
         item("mine-stale", Some("me"), Some(now + 5_000)),
     ];
-    let plan = plan(
-        &items,
-        &[],
-        &HashSet::new(),
-        "me",
-        &HashSet::new(),
-        now,
-        limits(usize::MAX),
-    );
+    let plan = plain(&items, &HashSet::new(), now);
     let mut acquire = plan.acquire.clone();
     acquire.sort();
     assert_eq!(acquire, ["expired", "free", "mine-stale"]);
@@ -157,15 +149,7 @@ fn an_owner_with_a_lapsed_lease_is_not_counted_live() {
         item("c", Some("y"), Some(now + 5_000)),
         item("d", Some("y"), Some(now + 5_000)),
     ];
-    let plan = plan(
-        &items,
-        &[],
-        &HashSet::new(),
-        "me",
-        &HashSet::new(),
-        now,
-        limits(usize::MAX),
-    );
+    let plan = plain(&items, &HashSet::new(), now);
     assert_eq!(plan.live_owners, 2);
     assert_eq!(plan.acquire, ["a"]);
 }
@@ -220,15 +204,7 @@ fn a_lapsed_owner_is_reported_and_stays_out_while_remembered() {
         item("m2", Some("me"), Some(now + 5_000)),
     ];
     let owned: HashSet<String> = ["m1".to_string(), "m2".to_string()].into();
-    let first = plan(
-        &items,
-        &[],
-        &HashSet::new(),
-        "me",
-        &owned,
-        now,
-        limits(usize::MAX),
-    );
+    let first = plain(&items, &owned, now);
     assert_eq!(first.lapsed, ["x"]);
     assert_eq!(first.live_owners, 2, "y and me");
     assert_eq!(first.target, 4);
@@ -238,15 +214,7 @@ fn a_lapsed_owner_is_reported_and_stays_out_while_remembered() {
     // and the share shrinks (what made takeovers shed and churn); remembered, it does not.
     items[0] = item("x1", Some("me"), Some(now + 10_000));
     let owned: HashSet<String> = ["m1", "m2", "x1"].iter().map(|s| s.to_string()).collect();
-    let forgot = plan(
-        &items,
-        &[],
-        &HashSet::new(),
-        "me",
-        &owned,
-        now,
-        limits(usize::MAX),
-    );
+    let forgot = plain(&items, &owned, now);
     assert_eq!(forgot.live_owners, 3);
     assert_eq!(forgot.target, 3);
     let leaving: HashSet<String> = ["x".to_string()].into();
@@ -283,16 +251,21 @@ fn a_bid_from_an_owner_whose_lease_lapsed_counts_for_nothing() {
     assert_eq!(p.acquire, ["x1"]);
 }
 
-fn plan_without_draining(items: &[LeaseItem], now: i64) -> Plan {
+/// A plan by "me" with no bids, nobody leaving and no cap.
+fn plain(items: &[LeaseItem], owned: &HashSet<String>, now: i64) -> Plan {
     plan(
         items,
         &[],
         &HashSet::new(),
         "me",
-        &HashSet::new(),
+        owned,
         now,
         limits(usize::MAX),
     )
+}
+
+fn plan_without_draining(items: &[LeaseItem], now: i64) -> Plan {
+    plain(items, &HashSet::new(), now)
 }
 
 #[test]
@@ -304,15 +277,7 @@ fn excess_above_fair_share_plus_one_is_shed() {
     items.push(item("t0", Some("other"), Some(now + 9_000)));
     let owned: HashSet<String> = (0..10).map(|i| format!("s{i}")).collect();
     // 11 streams, 2 live owners: target 6, owned 10 → shed 4.
-    let plan = plan(
-        &items,
-        &[],
-        &HashSet::new(),
-        "me",
-        &owned,
-        now,
-        limits(usize::MAX),
-    );
+    let plan = plain(&items, &owned, now);
     assert_eq!(plan.target, 6);
     assert_eq!(plan.shed.len(), 4);
     assert!(plan.shed.iter().all(|s| owned.contains(s)));
@@ -372,15 +337,7 @@ fn a_worker_bids_only_on_an_owner_two_above_it() {
     items.extend((0..3).map(|i| item(&format!("a{i}"), Some("a"), Some(now + 9_000))));
     items.extend((0..3).map(|i| item(&format!("b{i}"), Some("b"), Some(now + 9_000))));
     let owned: HashSet<String> = ["m0".to_string()].into();
-    let p = plan(
-        &items,
-        &[],
-        &HashSet::new(),
-        "me",
-        &owned,
-        now,
-        limits(usize::MAX),
-    );
+    let p = plain(&items, &owned, now);
     let target = p.bid.expect("me (1) is two below a and b (3)");
     assert!(
         target.starts_with('a'),
@@ -389,15 +346,7 @@ fn a_worker_bids_only_on_an_owner_two_above_it() {
     // With two of its own, nobody holds two more: no bid.
     items.push(item("m1", Some("me"), Some(now + 9_000)));
     let owned: HashSet<String> = ["m0".to_string(), "m1".to_string()].into();
-    let p = plan(
-        &items,
-        &[],
-        &HashSet::new(),
-        "me",
-        &owned,
-        now,
-        limits(usize::MAX),
-    );
+    let p = plain(&items, &owned, now);
     assert_eq!(p.bid, None);
 }
 
