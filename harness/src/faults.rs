@@ -17,6 +17,8 @@ use crate::scenario::{Fault, FaultAction, Target};
 
 /// How long a started worker may take to answer `/readyz` during a rolling deploy.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long after a SIGKILL the lease table is read again (see [`settle_after_kill`]).
+pub const KILL_SETTLE: Duration = Duration::from_millis(150);
 /// Bound on waiting for a SIGKILLed worker's exit to be seen.
 const KILL_REAP: Duration = Duration::from_secs(5);
 
@@ -52,7 +54,7 @@ impl Injector {
             FaultAction::Kill { target } => {
                 let items = self.snapshot().await?;
                 let name = self.resolve(target, &items, draw)?;
-                self.signal_recorded(index, "kill", &name, libc::SIGKILL, &items);
+                self.kill_recorded(index, &name, &items).await;
             }
             FaultAction::Pause {
                 target,
@@ -207,6 +209,29 @@ impl Injector {
         if self.fleet.signal(name, signal) {
             self.record(index, action, name, streams);
         }
+    }
+
+    /// SIGKILLs `name` and records the action once a renewal in flight at the kill has had
+    /// time to land, with the lease left on each stream read again ([`settle_after_kill`]), so
+    /// the crash floor is not one renew interval short. The line carries the kill's time.
+    async fn kill_recorded(&self, index: usize, name: &str, items: &[LeaseItem]) {
+        let t_ms = self.recorder.now_ms();
+        let kill_ms = lease_table::now_ms();
+        let mut streams = owned_by(items, name, kill_ms);
+        if !self.fleet.signal(name, libc::SIGKILL) {
+            return;
+        }
+        tokio::time::sleep(KILL_SETTLE).await;
+        if let Ok(after) = self.snapshot().await {
+            settle_after_kill(&mut streams, &after, name, kill_ms);
+        }
+        self.recorder.record(Record::Action(Action {
+            t_ms,
+            action: "kill".to_string(),
+            target: name.to_string(),
+            fault: Some(index),
+            streams,
+        }));
     }
 
     fn record(&self, index: usize, action: &str, target: &str, streams: Vec<ActionStream>) {

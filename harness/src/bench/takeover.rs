@@ -353,7 +353,7 @@ async fn fault_cycle(
     let mut streams = streams;
     if kind == Kind::Crash {
         // A renewal in flight at the kill lands within milliseconds; read again past it.
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        tokio::time::sleep(crate::faults::KILL_SETTLE).await;
         let after = lab.snapshot().await?;
         crate::faults::settle_after_kill(&mut streams, &after, &victim, kill_ms);
     }
