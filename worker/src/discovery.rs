@@ -349,9 +349,13 @@ impl Supervisor {
             .filter(|b| b.at >= fresh && *b.bidder != *me)
             .cloned()
             .collect();
-        // Lapsed owners stay out of the live count until they hold nothing, or renewed after
-        // they were seen lapsed (a paused owner that resumed in time for some of its leases).
+        // Lapsed owners stay out of the live count for at least one lease and while they hold
+        // anything, unless they renewed after they were seen lapsed (a paused owner that resumed
+        // in time for some of its leases). "Hold" uses the plan's own test, expiry + skew: an
+        // owner whose last lease has just expired but is inside the skew margin counts live in
+        // the plan, so forgetting it then would shrink the share at the end of a takeover.
         let lease_ms = self.config.lease.as_millis() as i64;
+        let cutoff = now_ms - self.limits().skew_ms;
         let known = &self.known;
         self.lapsed_owners.retain(|owner, seen| {
             let mut holds = false;
@@ -361,11 +365,11 @@ impl Supervisor {
             {
                 match item.lease_expires_at {
                     Some(t) if t > *seen + lease_ms => return false,
-                    Some(t) if t >= now_ms => holds = true,
+                    Some(t) if t >= cutoff => holds = true,
                     _ => {}
                 }
             }
-            holds
+            holds || now_ms - *seen < lease_ms
         });
         let mut leaving = self.draining_owners.clone();
         leaving.extend(self.lapsed_owners.keys().cloned());
