@@ -83,10 +83,11 @@ pub struct Supervisor {
     view_rounds: u32,
     /// Whether the last round lost an acquire race (its view is stale).
     raced: bool,
-    /// How long the last scan took, and how many live owners its plan counted: a hurried
-    /// rescan waits at least their product, so that the fleet's scans together keep the
-    /// table at most half busy however large it is.
-    last_scan: (Duration, usize),
+    /// How long the last scan took: a hurried rescan waits at least it × live owners × 2, so
+    /// that the fleet's scans together keep the table at most half busy however large it is.
+    last_scan_took: Duration,
+    /// Live owners in the last plan (this worker included).
+    live_owners: usize,
     /// Last fleet generation read (`None` before the first read).
     fleet_generation: Option<u64>,
     /// Owners the fleet signal names as draining (never this worker while it runs).
@@ -114,7 +115,8 @@ impl Supervisor {
             per_round: PER_ROUND,
             view_rounds: 0,
             raced: false,
-            last_scan: (Duration::ZERO, 1),
+            last_scan_took: Duration::ZERO,
+            live_owners: 1,
             fleet_generation: None,
             draining_owners: HashSet::new(),
             lapsed_owners: HashMap::new(),
@@ -124,7 +126,7 @@ impl Supervisor {
     fn limits(&self) -> PlanLimits {
         // Once a scan has shown other owners, the share is the fleet's and the ramp (which is
         // there to spread a cold start) only slows a takeover down.
-        let per_round = if self.last_scan.1 > 1 {
+        let per_round = if self.live_owners > 1 {
             MAX_PER_ROUND
         } else {
             self.per_round
@@ -263,7 +265,7 @@ impl Supervisor {
     /// lost) and the scan saw other owners (so the share it planned with is the fleet's, not a
     /// lone worker's), the next rounds reuse its view; after a lost race, a fresh scan.
     fn after_scan(&mut self, hurry: bool) -> Duration {
-        if hurry && !self.raced && self.last_scan.1 > 1 {
+        if hurry && !self.raced && self.live_owners > 1 {
             self.view_rounds = 1;
             return FAST_RESCAN.min(self.config.scan);
         }
@@ -279,9 +281,8 @@ impl Supervisor {
         if !hurry {
             return self.config.scan;
         }
-        let (took, owners) = self.last_scan;
         MIN_RESCAN
-            .max(took * owners.min(1000) as u32 * 2)
+            .max(self.last_scan_took * self.live_owners.min(1000) as u32 * 2)
             .min(self.config.scan)
     }
 
@@ -289,7 +290,7 @@ impl Supervisor {
     async fn scan_round(&mut self, consistent: bool) -> bool {
         let began = Instant::now();
         let scanned = self.shared.table.scan(SCAN_PAGE_TIMEOUT, consistent).await;
-        self.last_scan.0 = began.elapsed();
+        self.last_scan_took = began.elapsed();
         match scanned {
             Ok(view) => {
                 if !self.readiness.scanned.swap(true, Ordering::Relaxed) {
@@ -389,7 +390,7 @@ impl Supervisor {
         let metrics = &self.shared.metrics;
         metrics.table_streams.set(self.known.len() as i64);
         metrics.live_owners.set(plan.live_owners as i64);
-        self.last_scan.1 = plan.live_owners;
+        self.live_owners = plan.live_owners;
         metrics
             .fair_share
             .set(plan.target.min(i64::MAX as usize) as i64);

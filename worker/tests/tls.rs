@@ -184,6 +184,23 @@ async fn assert_alive(worker: &mut Worker) {
     assert_eq!(status, 200, "{} /healthz", worker.name);
 }
 
+/// The worker logged `words` at least `times` times within `limit` (else fails with `why` and
+/// its logs), and is still alive.
+async fn refused_and_alive(
+    worker: &mut Worker,
+    limit: Duration,
+    times: usize,
+    words: &[&str],
+    why: &str,
+) {
+    assert!(
+        wait_log(worker, limit, times, words).await,
+        "{why}:\n{}",
+        worker.logs()
+    );
+    assert_alive(worker).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trusted_ca_delivers_the_stream_in_order_over_wss_and_https() {
     let _serial = SERIAL.lock().await;
@@ -246,12 +263,7 @@ async fn an_untrusted_certificate_publishes_nothing_is_logged_and_is_survived() 
     .spawn("system-cas");
     if system_has_cas {
         let failed = ["upstream connect failed", "invalid peer certificate"];
-        assert!(
-            wait_log(&worker, limit, 2, &failed).await,
-            "no certificate error:\n{}",
-            worker.logs()
-        );
-        assert_alive(&mut worker).await;
+        refused_and_alive(&mut worker, limit, 2, &failed, "no certificate error").await;
     } else {
         // No CA at all on this machine: refused at start instead.
         let status = worker.wait_exit(limit).await.expect("exits");
@@ -270,12 +282,7 @@ async fn an_untrusted_certificate_publishes_nothing_is_logged_and_is_survived() 
     )
     .spawn("unrelated-ca-upstream");
     let failed = ["upstream connect failed", "invalid peer certificate"];
-    assert!(
-        wait_log(&worker, limit, 2, &failed).await,
-        "no certificate error:\n{}",
-        worker.logs()
-    );
-    assert_alive(&mut worker).await;
+    refused_and_alive(&mut worker, limit, 2, &failed, "no certificate error").await;
     worker.kill();
     assert_eq!(tls.upstream.handshakes(), 0, "an upstream handshake passed");
     assert!(
@@ -294,12 +301,8 @@ async fn an_untrusted_certificate_publishes_nothing_is_logged_and_is_survived() 
     .spawn("unrelated-ca-sink");
     // Every attempt fails the same way; it keeps retrying rather than giving up or crashing.
     let failed = ["sink post failed", "invalid peer certificate"];
-    assert!(
-        wait_log(&worker, limit, 3, &failed).await,
-        "no certificate error, or no retry:\n{}",
-        worker.logs()
-    );
-    assert_alive(&mut worker).await;
+    let why = "no certificate error, or no retry";
+    refused_and_alive(&mut worker, limit, 3, &failed, why).await;
     worker.kill();
     assert_eq!(tls.sink.handshakes(), 0, "a sink handshake passed");
     assert!(tls.sink.connections() >= 1, "the sink was not tried");

@@ -28,34 +28,57 @@ pub struct PhaseLine {
 
 /// (owner, stream, fence) → the phase line of that acquisition, from every `*.log` in `dir`.
 pub fn phases(dir: &Path) -> HashMap<(String, String, u64), PhaseLine> {
-    let mut out = HashMap::new();
-    for (owner, text) in logs(dir) {
-        for line in text.lines().filter(|l| l.contains(FIRST_BATCH_MESSAGE)) {
-            if let Some((stream, fence, phase)) = parse_phases(line) {
-                out.insert((owner.clone(), stream, fence), phase);
-            }
-        }
-    }
-    out
+    by_acquisition(dir, FIRST_BATCH_MESSAGE, parse_phases)
 }
 
 /// One JSON "first batch accepted" line → (stream_id, fence_token, phases).
 pub fn parse_phases(line: &str) -> Option<(String, u64, PhaseLine)> {
-    let v: serde_json::Value = serde_json::from_str(line).ok()?;
-    let field = |k: &str| v.get(k).or_else(|| v.get("fields").and_then(|f| f.get(k)));
-    if field("message")?.as_str()? != FIRST_BATCH_MESSAGE {
-        return None;
-    }
-    let ms = |k: &str| field(k).and_then(serde_json::Value::as_u64);
+    let v = log_line(line, FIRST_BATCH_MESSAGE)?;
+    let get = |k: &str| field(&v, k);
+    let ms = |k: &str| get(k).and_then(serde_json::Value::as_u64);
     let phase = PhaseLine {
-        acquire_started_unix_ms: field("acquire_started_unix_ms")?.as_i64()?,
+        acquire_started_unix_ms: get("acquire_started_unix_ms")?.as_i64()?,
         acquire_ms: ms("acquire_ms")?,
         connect_ms: ms("connect_ms")?,
         first_event_ms: ms("first_event_ms")?,
         first_accept_ms: ms("first_accept_ms")?,
     };
-    let stream = field("stream_id")?.as_str()?.to_string();
-    Some((stream, field("fence_token")?.as_u64()?, phase))
+    let (stream, fence) = stream_and_fence(&v)?;
+    Some((stream, fence, phase))
+}
+
+/// The JSON log line `line`, when its message is `message`.
+fn log_line(line: &str, message: &str) -> Option<serde_json::Value> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    (field(&v, "message")?.as_str()? == message).then_some(v)
+}
+
+/// A field of a JSON log line, at the top level or under `fields` (tracing writes either).
+fn field<'a>(v: &'a serde_json::Value, k: &str) -> Option<&'a serde_json::Value> {
+    v.get(k).or_else(|| v.get("fields").and_then(|f| f.get(k)))
+}
+
+fn stream_and_fence(v: &serde_json::Value) -> Option<(String, u64)> {
+    let stream = field(v, "stream_id")?.as_str()?.to_string();
+    Some((stream, field(v, "fence_token")?.as_u64()?))
+}
+
+/// (owner, stream, fence) → what `parse` makes of each line carrying `message`, from every
+/// `*.log` in `dir`.
+fn by_acquisition<T>(
+    dir: &Path,
+    message: &str,
+    parse: fn(&str) -> Option<(String, u64, T)>,
+) -> HashMap<(String, String, u64), T> {
+    let mut out = HashMap::new();
+    for (owner, text) in logs(dir) {
+        for line in text.lines().filter(|l| l.contains(message)) {
+            if let Some((stream, fence, value)) = parse(line) {
+                out.insert((owner.clone(), stream, fence), value);
+            }
+        }
+    }
+    out
 }
 
 /// (worker name, log text) of every `*.log` in `dir` (the worker's name is the file stem).
@@ -77,26 +100,13 @@ fn logs(dir: &Path) -> Vec<(String, String)> {
 /// (owner, stream, fence) → Unix ms of the acquisition log line, from every `*.log` in `dir`
 /// (the worker's name is the file stem).
 pub fn acquisitions(dir: &Path) -> HashMap<(String, String, u64), i64> {
-    let mut out = HashMap::new();
-    for (owner, text) in logs(dir) {
-        for line in text.lines().filter(|l| l.contains(ACQUIRED_MESSAGE)) {
-            if let Some((stream, fence, at)) = parse_acquired(line) {
-                out.insert((owner.clone(), stream, fence), at);
-            }
-        }
-    }
-    out
+    by_acquisition(dir, ACQUIRED_MESSAGE, parse_acquired)
 }
 
 /// One JSON log line → (stream_id, fence_token, Unix ms).
 pub fn parse_acquired(line: &str) -> Option<(String, u64, i64)> {
-    let v: serde_json::Value = serde_json::from_str(line).ok()?;
-    let field = |k: &str| v.get(k).or_else(|| v.get("fields").and_then(|f| f.get(k)));
-    if field("message")?.as_str()? != ACQUIRED_MESSAGE {
-        return None;
-    }
-    let stream = field("stream_id")?.as_str()?.to_string();
-    let fence = field("fence_token")?.as_u64()?;
+    let v = log_line(line, ACQUIRED_MESSAGE)?;
+    let (stream, fence) = stream_and_fence(&v)?;
     let at = rfc3339_ms(v.get("timestamp")?.as_str()?)?;
     Some((stream, fence, at))
 }
