@@ -7,22 +7,26 @@
 //! history writer (a non-blocking send) inside one short critical section, which also keeps
 //! each stream's receipts in decision order in the file.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, RandomState};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use lease_protocol::{SinkAck, SinkBatch, SinkRejection};
+use lease_protocol::{SinkAck, SinkRejection};
+use serde::de::IgnoredAny;
+use serde::Deserialize;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::history::{Outcome, Receipt, Recorder};
+use crate::history::{Outcome, ReceiptBatch, Recorder};
 
 const SHARDS: usize = 64;
 
@@ -178,40 +182,62 @@ impl Sink {
     }
 }
 
+/// A [`lease_protocol::SinkBatch`] as the sink reads it: strings borrowed from the body where
+/// they need no unescaping, and the payload checked for presence but not kept (the sink stores
+/// event identities, not their contents).
+#[derive(Deserialize)]
+struct BatchIn<'a> {
+    #[serde(borrow)]
+    owner_id: Cow<'a, str>,
+    fence_token: u64,
+    #[serde(borrow)]
+    events: Vec<EventIn<'a>>,
+}
+
+#[derive(Deserialize)]
+struct EventIn<'a> {
+    seq: u64,
+    #[serde(borrow)]
+    event_id: Cow<'a, str>,
+    #[allow(dead_code)] // required by the protocol; read and dropped
+    payload: IgnoredAny,
+}
+
 async fn post_events(
     State(shared): State<Arc<Shared>>,
     Path(stream_id): Path<String>,
-    Json(batch): Json<SinkBatch>,
+    body: Bytes,
 ) -> Response {
-    match decide(&shared, &stream_id, batch) {
+    let batch: BatchIn = match serde_json::from_slice(&body) {
+        Ok(batch) => batch,
+        Err(e) => {
+            let reason = format!("not a sink batch (design §4): {e}");
+            return (StatusCode::BAD_REQUEST, reason).into_response();
+        }
+    };
+    match decide(&shared, &stream_id, &batch) {
         Decision::Stored(ack) => (StatusCode::OK, Json(ack)).into_response(),
         Decision::Fenced(rejection) => (StatusCode::CONFLICT, Json(rejection)).into_response(),
     }
 }
 
 /// Decides a batch and queues its receipts, under the stream's shard lock.
-fn decide(shared: &Shared, stream_id: &str, batch: SinkBatch) -> Decision {
+fn decide(shared: &Shared, stream_id: &str, batch: &BatchIn) -> Decision {
     let mut shard = shared.shard(stream_id).lock().expect("sink shard poisoned");
     if !shard.contains_key(stream_id) {
         shard.insert(stream_id.to_string(), StreamState::default());
     }
     let state = shard.get_mut(stream_id).expect("inserted above");
-    let t_ms = shared.recorder.now_ms();
-    let receipt = |seq, outcome| Receipt {
-        t_ms,
+    let receipts = |events| ReceiptBatch {
+        t_ms: shared.recorder.now_ms(),
         stream_id: stream_id.to_string(),
-        seq,
         fence_token: batch.fence_token,
-        owner_id: batch.owner_id.clone(),
-        outcome,
+        owner_id: batch.owner_id.to_string(),
+        events,
     };
     if shared.fencing && batch.fence_token < state.highest_fence {
-        let receipts = batch
-            .events
-            .iter()
-            .map(|e| receipt(e.seq, Outcome::Fenced))
-            .collect();
-        shared.recorder.receipts(receipts);
+        let fenced = batch.events.iter().map(|e| (e.seq, Outcome::Fenced));
+        shared.recorder.receipts(receipts(fenced.collect()));
         return Decision::Fenced(SinkRejection {
             reason: format!(
                 "fence token {} is lower than {} already seen for {stream_id}",
@@ -228,12 +254,12 @@ fn decide(shared: &Shared, stream_id: &str, batch: SinkBatch) -> Decision {
         accepted: 0,
         duplicates: 0,
     };
-    let mut receipts = Vec::with_capacity(batch.events.len());
+    let mut outcomes = Vec::with_capacity(batch.events.len());
     for event in &batch.events {
         let new = if is_canonical(&event.event_id, stream_id, event.seq) {
             state.insert(event.seq)
         } else {
-            state.other_ids.insert(event.event_id.clone())
+            state.other_ids.insert(event.event_id.to_string())
         };
         let outcome = if new {
             ack.accepted += 1;
@@ -242,9 +268,9 @@ fn decide(shared: &Shared, stream_id: &str, batch: SinkBatch) -> Decision {
             ack.duplicates += 1;
             Outcome::Duplicate
         };
-        receipts.push(receipt(event.seq, outcome));
+        outcomes.push((event.seq, outcome));
     }
-    shared.recorder.receipts(receipts);
+    shared.recorder.receipts(receipts(outcomes));
     shared.accepted.fetch_add(ack.accepted, Ordering::Relaxed);
     Decision::Stored(ack)
 }
@@ -261,7 +287,7 @@ fn is_canonical(id: &str, stream: &str, seq: u64) -> bool {
 mod tests {
     use super::*;
     use crate::history::{HistoryWriter, Record};
-    use lease_protocol::{event_id, SinkEvent};
+    use lease_protocol::{event_id, SinkBatch, SinkEvent};
 
     fn batch(owner: &str, fence: u64, seqs: &[u64]) -> SinkBatch {
         SinkBatch {
@@ -347,15 +373,78 @@ mod tests {
         let sink = Sink::start(writer.recorder(), false).await.unwrap();
         let shared = sink.shared.clone();
         assert!(matches!(
-            decide(&shared, "s-0001", batch("w2", 2, &[1])),
+            decide_json(&shared, "s-0001", batch("w2", 2, &[1])),
             Decision::Stored(_)
         ));
         assert!(matches!(
-            decide(&shared, "s-0001", batch("w1", 1, &[2])),
+            decide_json(&shared, "s-0001", batch("w1", 1, &[2])),
             Decision::Stored(_)
         ));
         assert_eq!(sink.high_water("s-0001"), 2);
         sink.stop().await;
+    }
+
+    /// [`decide`] on `b` as it reaches the server: serialised, then read back as a [`BatchIn`].
+    fn decide_json(shared: &Shared, stream: &str, b: SinkBatch) -> Decision {
+        let body = serde_json::to_vec(&b).unwrap();
+        decide(shared, stream, &serde_json::from_slice(&body).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_malformed_batch_is_a_400_naming_the_problem_and_records_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("history.jsonl");
+        let writer = HistoryWriter::create(&path).unwrap();
+        let sink = Sink::start(writer.recorder(), true).await.unwrap();
+        let client = reqwest::Client::new();
+        let url = format!("{}{}", sink.url(), lease_protocol::sink_path("s-0001"));
+        let bodies = [
+            ("not json", "expected"),
+            (
+                r#"{"owner_id":"w1","events":[]}"#,
+                "missing field `fence_token`",
+            ),
+            (
+                r#"{"owner_id":"w1","fence_token":1,"events":[{"seq":1,"event_id":"s-0001:1"}]}"#,
+                "missing field `payload`",
+            ),
+            (
+                r#"{"owner_id":"w1","fence_token":-1,"events":[]}"#,
+                "invalid value",
+            ),
+        ];
+        for (body, words) in bodies {
+            let r = client.post(&url).body(body).send().await.unwrap();
+            assert_eq!(r.status(), 400, "{body}");
+            let text = r.text().await.unwrap();
+            assert!(text.contains(words), "{body}: {text}");
+        }
+        // Escaped strings (owned rather than borrowed) are read like plain ones.
+        let escaped = r#"{"owner_id":"w\"1","fence_token":1,"events":[{"seq":1,"event_id":"s-0001:\u0031","payload":"x"}]}"#;
+        let r = client.post(&url).body(escaped).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(
+            r.json::<SinkAck>().await.unwrap(),
+            SinkAck {
+                accepted: 1,
+                duplicates: 0
+            }
+        );
+        assert_eq!(
+            sink.high_water("s-0001"),
+            1,
+            "the canonical id was recognised"
+        );
+        sink.stop().await;
+        assert_eq!(writer.finish().unwrap(), 1, "only the good batch's receipt");
+        let owners: Vec<String> = crate::history::read(&path)
+            .unwrap()
+            .map(|r| match r.unwrap() {
+                Record::Receipt(r) => r.owner_id,
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(owners, ["w\"1"]);
     }
 
     #[test]

@@ -282,7 +282,7 @@ fn a_written_history_reads_back_to_the_same_report() {
     let recorder = writer.recorder();
     for r in records.clone() {
         match r {
-            Record::Receipt(r) => recorder.receipts(vec![r]),
+            Record::Receipt(r) => recorder.receipts(crate::history::ReceiptBatch::one(r)),
             other => recorder.record(other),
         }
     }

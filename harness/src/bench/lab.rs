@@ -14,11 +14,13 @@ use tokio::time::Instant;
 
 use super::metrics;
 use crate::fleet::{Fleet, FleetConfig};
-use crate::history::{HistoryWriter, Record, Recorder, RunEnd, RunStart};
+use crate::history::{HistoryWriter, Phase, Record, Recorder, RunEnd, RunStart};
 use crate::sink::Sink;
 
 /// How long a started worker may take to answer `/readyz`.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often a warm-up says how far it got.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 /// What a lab runs.
 #[derive(Debug, Clone)]
@@ -184,16 +186,39 @@ impl Lab {
         Ok(lease_table::scan_all(&self.client, &self.table).await?)
     }
 
-    /// Waits until every stream is held and has accepted traffic, within `limit`.
+    /// Waits until every stream is held and has accepted traffic, within `limit`; says how far
+    /// it got every few seconds, and records a `warmup_done` phase when done.
     pub async fn warm_up(&self, limit: Duration) -> anyhow::Result<()> {
-        let deadline = Instant::now() + limit;
+        let began = Instant::now();
+        let deadline = began + limit;
+        let mut next_progress = began + PROGRESS_EVERY;
         loop {
             let items = self.snapshot().await?;
             let now = lease_table::now_ms();
             let held = items.iter().filter(|i| i.is_held_at(now)).count();
             let flowing = self.sink.streams_with_traffic().len();
-            if held == self.stream_ids.len() && flowing == self.stream_ids.len() {
+            let streams = self.stream_ids.len();
+            if held == streams && flowing == streams {
+                let took = began.elapsed();
+                eprintln!(
+                    "  {}: warm-up done in {:.1} s",
+                    self.spec.name,
+                    took.as_secs_f64()
+                );
+                self.recorder.record(Record::Phase(Phase {
+                    t_ms: self.recorder.now_ms(),
+                    phase: "warmup_done".into(),
+                    detail: Some(format!("{streams} streams held with traffic")),
+                }));
                 return Ok(());
+            }
+            if Instant::now() >= next_progress {
+                next_progress += PROGRESS_EVERY;
+                eprintln!(
+                    "  {}: warming up {:.0} s: {held} of {streams} streams held, {flowing} with accepted traffic",
+                    self.spec.name,
+                    began.elapsed().as_secs_f64()
+                );
             }
             if Instant::now() >= deadline {
                 anyhow::bail!(

@@ -108,6 +108,41 @@ pub struct Receipt {
     pub outcome: Outcome,
 }
 
+/// The receipts of one sink batch: what they share once, and each event's `(seq, outcome)`.
+/// The writer expands it into one `receipt` line per event, the same bytes as [`Receipt`]'s.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReceiptBatch {
+    pub t_ms: u64,
+    pub stream_id: String,
+    pub fence_token: u64,
+    pub owner_id: String,
+    pub events: Vec<(u64, Outcome)>,
+}
+
+impl ReceiptBatch {
+    /// One receipt as a batch of one.
+    pub fn one(r: Receipt) -> ReceiptBatch {
+        ReceiptBatch {
+            t_ms: r.t_ms,
+            stream_id: r.stream_id,
+            fence_token: r.fence_token,
+            owner_id: r.owner_id,
+            events: vec![(r.seq, r.outcome)],
+        }
+    }
+}
+
+impl Outcome {
+    /// The name `history.jsonl` gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Accepted => "accepted",
+            Outcome::Duplicate => "duplicate",
+            Outcome::Fenced => "fenced",
+        }
+    }
+}
+
 /// A harness action (`kill`, `pause`, `resume`, `terminate`, `start`), with what the target
 /// owned at that instant, read from the lease table. `ready` is no injection but what a rolling
 /// deploy waited for: a worker it started answered `/readyz`.
