@@ -304,14 +304,42 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn fences_dedups_and_records_every_receipt_over_http() {
+    /// A fencing sink recording into a fresh history, and where to post `s-0001`'s batches.
+    struct Served {
+        _dir: tempfile::TempDir,
+        path: std::path::PathBuf,
+        writer: HistoryWriter,
+        sink: Sink,
+        client: reqwest::Client,
+        url: String,
+    }
+
+    async fn serve() -> Served {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("history.jsonl");
         let writer = HistoryWriter::create(&path).unwrap();
         let sink = Sink::start(writer.recorder(), true).await.unwrap();
-        let client = reqwest::Client::new();
         let url = format!("{}{}", sink.url(), lease_protocol::sink_path("s-0001"));
+        Served {
+            _dir: dir,
+            path,
+            writer,
+            sink,
+            client: reqwest::Client::new(),
+            url,
+        }
+    }
+
+    #[tokio::test]
+    async fn fences_dedups_and_records_every_receipt_over_http() {
+        let Served {
+            _dir,
+            path,
+            writer,
+            sink,
+            client,
+            url,
+        } = serve().await;
         let post = |b: SinkBatch| client.post(&url).json(&b).send();
 
         let r = post(batch("w1", 1, &[1, 2])).await.unwrap();
@@ -392,12 +420,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_malformed_batch_is_a_400_naming_the_problem_and_records_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("history.jsonl");
-        let writer = HistoryWriter::create(&path).unwrap();
-        let sink = Sink::start(writer.recorder(), true).await.unwrap();
-        let client = reqwest::Client::new();
-        let url = format!("{}{}", sink.url(), lease_protocol::sink_path("s-0001"));
+        let Served {
+            _dir,
+            path,
+            writer,
+            sink,
+            client,
+            url,
+        } = serve().await;
         let bodies = [
             ("not json", "expected"),
             (
