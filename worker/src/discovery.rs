@@ -466,7 +466,8 @@ impl Supervisor {
         hurry
     }
 
-    /// Tries every stream in `streams` at once; returns true when any race was lost.
+    /// Tries every stream in `streams` at once; returns true when any race was lost or any
+    /// acquire's outcome is unknown.
     async fn acquire_all(&mut self, streams: &[String]) -> bool {
         if streams.is_empty() {
             return false;
@@ -500,7 +501,14 @@ impl Supervisor {
                         self.remember(current);
                     }
                 }
-                Err(e) => tracing::warn!(%stream_id, error = %e, "acquire failed"),
+                // A timed-out or dropped acquire may still have been written: the table may now
+                // name this worker with a lease nobody serves. Like a lost race, it makes the view
+                // stale, so the next round comes soon with a consistent scan, which offers a
+                // stream naming this worker again (the acquire's condition admits its owner).
+                Err(e) => {
+                    raced = true;
+                    tracing::warn!(%stream_id, error = %e, "acquire failed; its outcome is unknown, rescanning soon");
+                }
             }
         }
         raced
