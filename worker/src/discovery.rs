@@ -41,8 +41,9 @@ pub const MIN_RESCAN: Duration = Duration::from_millis(20);
 /// W workers rescanning every 250 ms costs W × 4 full reads a second: 20 workers on 2,000 streams
 /// is more than one DynamoDB Local answers, so hurried rounds reuse the view instead.
 pub const VIEW_ROUNDS: u32 = 4;
-/// An acquire may take this long. A timed-out acquire may still have been written; the item
-/// then names this worker, which takes it back as a candidate at its next scan.
+/// An acquire may take this long. A timed-out acquire may still have been written; its outcome
+/// is unknown, so it counts as a lost race: a consistent rescan follows almost at once and, if the
+/// item names this worker, takes the lease back.
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Each scan page may take this long.
 pub const SCAN_PAGE_TIMEOUT: Duration = Duration::from_secs(5);
