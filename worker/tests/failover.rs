@@ -230,6 +230,36 @@ async fn bare_and_lease_demo_items_are_acquired() {
     }
 }
 
+/// The worker reads its upstream socket through a small buffer (`UPSTREAM_READ_BUFFER`): frames
+/// several times its size still arrive whole, in order, with nothing missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frames_larger_than_the_read_buffer_arrive_whole() {
+    const PAYLOAD: usize = 5 * lease_worker::stream::UPSTREAM_READ_BUFFER + 123;
+    let _serial = SERIAL.lock().await;
+    let rig = Rig::start_with(&[STREAM], |c| {
+        c.rate = 20.0;
+        c.payload_bytes = PAYLOAD;
+    })
+    .await;
+    let _w = rig.fleet().spawn("worker-a");
+    rig.sink
+        .wait_accepted(STREAM, Duration::from_secs(30), |r| r.seq >= 40)
+        .await
+        .expect("40 large events accepted");
+    let max = assert_contiguous(&rig.sink, STREAM);
+    let accepted = rig.sink.accepted(STREAM);
+    let wrong: Vec<_> = accepted
+        .iter()
+        .filter(|r| r.payload_len != PAYLOAD)
+        .map(|r| (r.seq, r.payload_len))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "payloads of {PAYLOAD} bytes expected; (seq, length) otherwise: {wrong:?}"
+    );
+    assert!(max >= 40);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_owner_is_fenced_and_the_chaos_zombie_is_refused_by_the_sink() {
     let _serial = SERIAL.lock().await;

@@ -11,7 +11,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Json, Router};
@@ -41,9 +41,17 @@ pub async fn dynamo(streams: &[&str]) -> dynamodb_local::DynamoLocal {
 
 /// The real mock upstream, producing `rate` events/s per stream.
 pub async fn upstream(streams: &[&str], rate: f64) -> (SocketAddr, mock_upstream::UpstreamHandle) {
+    upstream_with(streams, |c| c.rate = rate).await
+}
+
+/// The real mock upstream, its configuration changed by `change`.
+pub async fn upstream_with(
+    streams: &[&str],
+    change: impl FnOnce(&mut mock_upstream::UpstreamConfig),
+) -> (SocketAddr, mock_upstream::UpstreamHandle) {
     let mut config =
         mock_upstream::UpstreamConfig::new(streams.iter().map(|s| s.to_string()).collect());
-    config.rate = rate;
+    change(&mut config);
     mock_upstream::start(config)
         .await
         .expect("mock upstream starts")
@@ -63,8 +71,16 @@ impl Rig {
     /// Starts DynamoDB Local with `streams` seeded, the upstream at `rate` events/s per stream,
     /// and the sink.
     pub async fn start(streams: &[&str], rate: f64) -> Rig {
+        Rig::start_with(streams, |c| c.rate = rate).await
+    }
+
+    /// As `start`, with the upstream's configuration changed by `change`.
+    pub async fn start_with(
+        streams: &[&str],
+        change: impl FnOnce(&mut mock_upstream::UpstreamConfig),
+    ) -> Rig {
         let ddb = dynamo(streams).await;
-        let (upstream_addr, upstream) = upstream(streams, rate).await;
+        let (upstream_addr, upstream) = upstream_with(streams, change).await;
         let (sink_addr, sink) = TestSink::start().await;
         Rig {
             ddb,
@@ -106,6 +122,8 @@ pub struct Receipt {
     pub fence: u64,
     pub owner: String,
     pub outcome: Outcome,
+    /// The event's payload length in bytes.
+    pub payload_len: usize,
 }
 
 #[derive(Default)]
@@ -126,6 +144,8 @@ impl TestSink {
         let sink = TestSink::default();
         let app = Router::new()
             .route("/streams/{id}/events", post(receive))
+            // Batches of large payloads exceed axum's 2 MB default.
+            .layer(DefaultBodyLimit::max(64 << 20))
             .with_state(sink.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -164,10 +184,11 @@ async fn receive(
     Json(batch): Json<SinkBatch>,
 ) -> Result<Json<SinkAck>, (StatusCode, Json<SinkRejection>)> {
     let now = Instant::now();
-    let receipt = |seq: u64, outcome: Outcome| Receipt {
+    let receipt = |e: &lease_protocol::SinkEvent, outcome: Outcome| Receipt {
         at: now,
         stream_id: id.clone(),
-        seq,
+        seq: e.seq,
+        payload_len: e.payload.len(),
         fence: batch.fence_token,
         owner: batch.owner_id.clone(),
         outcome,
@@ -176,7 +197,7 @@ async fn receive(
     let highest = state.highest.get(&id).copied().unwrap_or(0);
     if batch.fence_token < highest {
         for e in &batch.events {
-            state.receipts.push(receipt(e.seq, Outcome::Fenced));
+            state.receipts.push(receipt(e, Outcome::Fenced));
         }
         return Err((
             StatusCode::CONFLICT,
@@ -199,7 +220,7 @@ async fn receive(
             ack.duplicates += 1;
             Outcome::Duplicate
         };
-        state.receipts.push(receipt(e.seq, outcome));
+        state.receipts.push(receipt(e, outcome));
     }
     Ok(Json(ack))
 }
