@@ -352,7 +352,15 @@ pub fn latency(view: &RunView, report: &Report) -> anyhow::Result<String> {
                     .map(|(i, &v)| Circle::new((v as f64, (i + 1) as f64 / n), 3, blue.filled())),
             )?;
         }
-        legend(&mut chart, SeriesLabelPosition::LowerRight)
+        // A CDF leaves empty the corner away from its data: upper left when takeovers sit near
+        // the lease (crashes), lower right when they sit near 0 (handoffs).
+        let median = takeovers.get(takeovers.len() / 2).copied().unwrap_or(0) as f64;
+        let corner = if median > x_max / 2.0 {
+            SeriesLabelPosition::UpperLeft
+        } else {
+            SeriesLabelPosition::LowerRight
+        };
+        legend(&mut chart, corner)
     })
 }
 
