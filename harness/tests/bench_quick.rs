@@ -148,3 +148,55 @@ fn quick_throughput_bench_writes_sane_files() {
         }
     }
 }
+
+/// Ctrl-C during a bench: the step in progress finishes, no further step starts, the files say
+/// so and hold what was measured, and the exit code is 130.
+#[test]
+#[ignore = "takes about a minute; CI runs it with --ignored"]
+fn an_interrupted_bench_writes_what_it_measured_and_exits_130() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["bench", "throughput", "--quick", "--workers", "2"])
+        .args(["--streams", "20", "--rates", "5,10", "--step-seconds", "3"])
+        .arg("--out")
+        .arg(dir.path())
+        .arg("--worker-bin")
+        .arg(worker_bin())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running harness");
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = Vec::new();
+    let mut lines = stderr.lines();
+    for line in lines.by_ref() {
+        let line = line.expect("reading stderr");
+        let first_step = line.contains("bench throughput: 20 streams × 5 events/s");
+        seen.push(line);
+        if first_step {
+            // SAFETY: a plain kill(2) to our own child.
+            assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+            break;
+        }
+    }
+    assert!(
+        seen.last().is_some_and(|l| l.contains("20 streams × 5")),
+        "the first step never started: {seen:#?}"
+    );
+    seen.extend(lines.map_while(Result::ok));
+    let status = child.wait().expect("waiting for harness");
+    assert_eq!(status.code(), Some(130), "exit status; stderr: {seen:#?}");
+    assert!(
+        !seen.iter().any(|l| l.contains("× 10 events/s")),
+        "a step started after the signal: {seen:#?}"
+    );
+    let text = std::fs::read_to_string(dir.path().join("bench.json")).expect("bench.json written");
+    let json: Value = serde_json::from_str(&text).expect("bench.json is JSON");
+    let t = &json["throughput"];
+    assert_eq!(t["interrupted"], Value::Bool(true), "{t}");
+    let steps = t["steps"].as_array().expect("steps");
+    assert_eq!(steps.len(), 1, "only the step in progress: {t}");
+    assert!(num(&steps[0], "produced_per_s") > 0.0, "{t}");
+    let md = std::fs::read_to_string(dir.path().join("throughput.md")).unwrap();
+    assert!(md.contains("Interrupted by a signal"), "{md}");
+}

@@ -4,6 +4,8 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use clap::{Args, Subcommand};
 
@@ -101,6 +103,40 @@ pub struct ThroughputArgs {
     pub step_seconds: Option<u64>,
 }
 
+/// Set by the first Ctrl-C or SIGTERM. The bench finishes the fault or step it is in (its
+/// workers, DynamoDB Local and files are ended properly), writes what it measured and exits 130;
+/// a second signal quits at once (the children still die with the harness).
+#[derive(Debug, Clone, Default)]
+pub struct Interrupt(Arc<AtomicBool>);
+
+impl Interrupt {
+    /// Whether a signal asked the bench to stop.
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn set(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    /// Listens for the signals for the rest of the process.
+    fn listen() -> Interrupt {
+        let interrupt = Interrupt::default();
+        let flag = interrupt.clone();
+        tokio::spawn(async move {
+            crate::cli::shutdown_signal().await;
+            flag.set();
+            eprintln!(
+                "harness bench: interrupted — finishing the current fault or step, then writing what was measured (signal again to quit at once)"
+            );
+            crate::cli::shutdown_signal().await;
+            eprintln!("harness bench: second signal — quitting without writing");
+            std::process::exit(130);
+        });
+        interrupt
+    }
+}
+
 fn mode(text: &str) -> Result<dynamodb_local::Mode, ExitCode> {
     text.parse::<dynamodb_local::Mode>().map_err(|e| {
         eprintln!("harness: --dynamodb {text}: {e}");
@@ -123,15 +159,18 @@ pub async fn main(args: BenchArgs) -> ExitCode {
         Ok(m) => m,
         Err(code) => return code,
     };
+    let interrupt = Interrupt::listen();
     match args.command {
-        BenchCommand::Takeover(a) => takeover_main(a, dynamodb).await,
-        BenchCommand::Throughput(a) => throughput_main(a, dynamodb).await,
+        BenchCommand::Takeover(a) => takeover_main(a, dynamodb, interrupt).await,
+        BenchCommand::Throughput(a) => throughput_main(a, dynamodb, interrupt).await,
     }
 }
 
-/// A bench's ending: its files written and its summary printed (exit 0), or why not (exit 1).
+/// A bench's ending: its files written and its summary printed (exit 0; 130 when a signal cut
+/// it short), or why not (exit 1).
 fn conclude<T>(
     bench: &str,
+    interrupt: &Interrupt,
     result: anyhow::Result<T>,
     write: impl FnOnce(&T) -> anyhow::Result<()>,
     summary: impl FnOnce(&T),
@@ -148,10 +187,18 @@ fn conclude<T>(
         return ExitCode::from(1);
     }
     summary(&done);
+    if interrupt.is_set() {
+        eprintln!("harness: bench {bench}: interrupted; the files hold what was measured before the signal");
+        return ExitCode::from(130);
+    }
     ExitCode::SUCCESS
 }
 
-async fn takeover_main(a: TakeoverArgs, dynamodb: dynamodb_local::Mode) -> ExitCode {
+async fn takeover_main(
+    a: TakeoverArgs,
+    dynamodb: dynamodb_local::Mode,
+    interrupt: Interrupt,
+) -> ExitCode {
     let quick = a.common.quick;
     let leases = a.lease.unwrap_or_else(|| {
         if quick {
@@ -179,9 +226,11 @@ async fn takeover_main(a: TakeoverArgs, dynamodb: dynamodb_local::Mode) -> ExitC
         },
         dynamodb,
         worker_bin: a.common.worker_bin.clone(),
+        interrupt: interrupt.clone(),
     };
     conclude(
         "takeover",
+        &interrupt,
         takeover::run(&options).await,
         |bench| output::write_takeover(&options.out, bench, &command_line()),
         |bench| {
@@ -196,7 +245,11 @@ async fn takeover_main(a: TakeoverArgs, dynamodb: dynamodb_local::Mode) -> ExitC
     )
 }
 
-async fn throughput_main(a: ThroughputArgs, dynamodb: dynamodb_local::Mode) -> ExitCode {
+async fn throughput_main(
+    a: ThroughputArgs,
+    dynamodb: dynamodb_local::Mode,
+    interrupt: Interrupt,
+) -> ExitCode {
     let quick = a.common.quick;
     let options = throughput::ThroughputOptions {
         out: a.common.out.clone(),
@@ -219,9 +272,11 @@ async fn throughput_main(a: ThroughputArgs, dynamodb: dynamodb_local::Mode) -> E
         seed: a.common.seed,
         dynamodb,
         worker_bin: a.common.worker_bin.clone(),
+        interrupt: interrupt.clone(),
     };
     conclude(
         "throughput",
+        &interrupt,
         throughput::run(&options).await,
         |result| throughput::write(&options.out, result, &command_line()),
         |result| {

@@ -141,6 +141,7 @@ pub fn write_takeover(dir: &Path, bench: &TakeoverBench, command: &str) -> anyho
         "takeover_errors".into(),
         serde_json::to_value(&bench.errors)?,
     );
+    entries.insert("takeover_interrupted".into(), bench.interrupted.into());
     merge_json(dir, entries)?;
 
     let mut csv =
@@ -163,6 +164,12 @@ pub fn write_takeover(dir: &Path, bench: &TakeoverBench, command: &str) -> anyho
     let mut md = String::new();
     let _ = writeln!(md, "# harness bench takeover\n");
     let _ = writeln!(md, "`{command}`\n");
+    if bench.interrupted {
+        let _ = writeln!(
+            md,
+            "**Interrupted by a signal**: only what was measured before it is here.\n"
+        );
+    }
     let _ = writeln!(
         md,
         "{} streams at {} events/s each over {} workers per lab; {} crash takeovers (SIGKILL of a random owner) and {} graceful handoffs (SIGTERM) per lease and mode, the two modes side by side; skew margin {} ms; discovery scan {}; seed {}.\n",
@@ -451,6 +458,7 @@ mod tests {
             takeover,
             cost,
             errors: vec!["lease 1000 ms: <too short>".into()],
+            interrupted: false,
             samples,
         }
     }

@@ -30,6 +30,8 @@ pub struct TakeoverOptions {
     pub sweep: Sweep,
     pub dynamodb: dynamodb_local::Mode,
     pub worker_bin: Option<PathBuf>,
+    /// Checked before each lease setting and each fault.
+    pub interrupt: super::Interrupt,
 }
 
 /// What the sweep measures; `bench.json` records it (with the worker executable) as
@@ -86,6 +88,8 @@ pub struct TakeoverBench {
     pub cost: Vec<CostRow>,
     /// Problems met (a fault whose streams were not all taken over in time, ...).
     pub errors: Vec<String>,
+    /// A signal cut the sweep short: the settings and faults measured before it are here.
+    pub interrupted: bool,
     #[serde(skip)]
     pub samples: Vec<(u64, String, Sample)>,
 }
@@ -120,9 +124,13 @@ pub async fn run(options: &TakeoverOptions) -> anyhow::Result<TakeoverBench> {
         takeover: Vec::new(),
         cost: Vec::new(),
         errors: Vec::new(),
+        interrupted: false,
         samples: Vec::new(),
     };
     for &lease_ms in &sweep.leases_ms {
+        if options.interrupt.is_set() {
+            break;
+        }
         let renew = renew_ms(lease_ms, sweep.renew_ratio);
         eprintln!("bench takeover: lease {lease_ms} ms, renew {renew} ms, modes side by side");
         let labs = MODES.map(|mode| {
@@ -202,6 +210,7 @@ pub async fn run(options: &TakeoverOptions) -> anyhow::Result<TakeoverBench> {
         }
     }
     drop(ddb);
+    bench.interrupted = options.interrupt.is_set();
     Ok(bench)
 }
 
@@ -238,6 +247,9 @@ async fn one_mode(
     let mut listed = [0usize; 2];
     let mut faults = [0usize; 2];
     for index in 0..options.sweep.runs * 2 {
+        if options.interrupt.is_set() {
+            break;
+        }
         let kind = if index % 2 == 0 {
             Kind::Crash
         } else {

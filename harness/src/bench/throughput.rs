@@ -33,6 +33,8 @@ pub struct ThroughputOptions {
     pub seed: u64,
     pub dynamodb: dynamodb_local::Mode,
     pub worker_bin: Option<PathBuf>,
+    /// Checked before each step.
+    pub interrupt: super::Interrupt,
 }
 
 /// One measured step.
@@ -75,6 +77,8 @@ pub struct Throughput {
     pub batch_max_delay_ms: u64,
     pub worker_bin: String,
     pub steps: Vec<Step>,
+    /// A signal cut the ramp short: the steps measured before it are here.
+    pub interrupted: bool,
 }
 
 /// Runs the ramp.
@@ -89,6 +93,9 @@ pub async fn run(options: &ThroughputOptions) -> anyhow::Result<Throughput> {
     let mut steps = Vec::new();
     'streams: for &streams in &options.streams {
         for &rate in &options.rates {
+            if options.interrupt.is_set() {
+                break 'streams;
+            }
             eprintln!(
                 "bench throughput: {streams} streams × {rate} events/s over {} workers",
                 options.workers
@@ -143,6 +150,7 @@ pub async fn run(options: &ThroughputOptions) -> anyhow::Result<Throughput> {
         batch_max_delay_ms: BATCH_MAX_DELAY_MS,
         worker_bin: bin.display().to_string(),
         steps,
+        interrupted: options.interrupt.is_set(),
     })
 }
 
@@ -310,7 +318,15 @@ pub fn write(dir: &Path, t: &Throughput, command: &str) -> anyhow::Result<()> {
     let mut entries = serde_json::Map::new();
     entries.insert("throughput".into(), serde_json::to_value(t)?);
     super::output::merge_json(dir, entries)?;
-    let md = format!("# harness bench throughput\n\n`{command}`\n\n{}", table(t));
+    let note = if t.interrupted {
+        "**Interrupted by a signal**: only the steps measured before it are here.\n\n"
+    } else {
+        ""
+    };
+    let md = format!(
+        "# harness bench throughput\n\n`{command}`\n\n{note}{}",
+        table(t)
+    );
     std::fs::write(dir.join("throughput.md"), md)?;
     Ok(())
 }
