@@ -155,6 +155,8 @@ fn quick_throughput_bench_writes_sane_files() {
 #[ignore = "takes about a minute; CI runs it with --ignored"]
 fn an_interrupted_bench_writes_what_it_measured_and_exits_130() {
     use std::io::{BufRead, BufReader};
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_harness"))
         .args(["bench", "throughput", "--quick", "--workers", "2"])
@@ -166,25 +168,41 @@ fn an_interrupted_bench_writes_what_it_measured_and_exits_130() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("running harness");
+    // stderr is read on its own thread so that a hung harness fails the test instead of hanging it.
+    let (tx, rx) = mpsc::channel();
     let stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut seen = Vec::new();
-    let mut lines = stderr.lines();
-    for line in lines.by_ref() {
-        let line = line.expect("reading stderr");
-        let first_step = line.contains("bench throughput: 20 streams × 5 events/s");
-        seen.push(line);
-        if first_step {
-            // SAFETY: a plain kill(2) to our own child.
-            assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
-            break;
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
         }
-    }
-    assert!(
-        seen.last().is_some_and(|l| l.contains("20 streams × 5")),
-        "the first step never started: {seen:#?}"
-    );
-    seen.extend(lines.map_while(Result::ok));
-    let status = child.wait().expect("waiting for harness");
+    });
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let mut seen = Vec::new();
+    let mut signalled = false;
+    let status = loop {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(line) => {
+                if !signalled && line.contains("bench throughput: 20 streams × 5 events/s") {
+                    // SAFETY: a plain kill(2) to our own child, which has not been reaped.
+                    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+                    signalled = true;
+                }
+                seen.push(line);
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                break child.wait().expect("waiting for harness");
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the harness did not finish within 300 s; stderr: {seen:#?}");
+        }
+    };
+    assert!(signalled, "the first step never started: {seen:#?}");
     assert_eq!(status.code(), Some(130), "exit status; stderr: {seen:#?}");
     assert!(
         !seen.iter().any(|l| l.contains("× 10 events/s")),
@@ -199,4 +217,53 @@ fn an_interrupted_bench_writes_what_it_measured_and_exits_130() {
     assert!(num(&steps[0], "produced_per_s") > 0.0, "{t}");
     let md = std::fs::read_to_string(dir.path().join("throughput.md")).unwrap();
     assert!(md.contains("Interrupted by a signal"), "{md}");
+}
+
+/// Ctrl-C before the first step: nothing was measured, so nothing is written and an earlier
+/// run's files in the directory stay as they were; the exit code is still 130.
+#[test]
+#[ignore = "starts DynamoDB Local; CI runs it with --ignored"]
+fn a_bench_interrupted_before_measuring_keeps_earlier_files() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let earlier = "{\"throughput\": \"an earlier run\"}\n";
+    std::fs::write(dir.path().join("bench.json"), earlier).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["bench", "throughput", "--quick", "--workers", "2"])
+        .args(["--streams", "20", "--rates", "5", "--step-seconds", "3"])
+        .arg("--out")
+        .arg(dir.path())
+        .arg("--worker-bin")
+        .arg(worker_bin())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running harness");
+    let mut seen = Vec::new();
+    // The provisioning line comes after the handlers are installed and before the first step
+    // checks for a signal; the step cannot start before DynamoDB Local answers.
+    for line in BufReader::new(child.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+    {
+        if seen.is_empty() && line.starts_with("dynamodb-local:") {
+            // SAFETY: a plain kill(2) to our own child, which has not been reaped.
+            assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+        }
+        if line.starts_with("dynamodb-local:") || !seen.is_empty() {
+            seen.push(line);
+        }
+    }
+    let status = child.wait().expect("waiting for harness");
+    assert!(!seen.is_empty(), "DynamoDB Local was never provisioned");
+    assert_eq!(status.code(), Some(130), "exit status; stderr: {seen:#?}");
+    assert!(
+        seen.iter().any(|l| l.contains("nothing written")),
+        "stderr says nothing was written: {seen:#?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("bench.json")).unwrap(),
+        earlier,
+        "the earlier bench.json was kept"
+    );
+    assert!(!dir.path().join("throughput.md").exists());
 }

@@ -231,7 +231,7 @@ async fn bare_and_lease_demo_items_are_acquired() {
 }
 
 /// The worker reads its upstream socket through a small buffer (`UPSTREAM_READ_BUFFER`): frames
-/// several times its size still arrive whole, in order, with nothing missing.
+/// several times its size still arrive whole, with nothing missing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frames_larger_than_the_read_buffer_arrive_whole() {
     const PAYLOAD: usize = 5 * lease_worker::stream::UPSTREAM_READ_BUFFER + 123;

@@ -119,21 +119,57 @@ impl Interrupt {
         self.0.store(true, Ordering::Relaxed);
     }
 
-    /// Listens for the signals for the rest of the process.
-    fn listen() -> Interrupt {
+    /// Listens for the signals for the rest of the process. The handlers are installed before
+    /// this returns and the same pair serves both signals, so neither can slip past.
+    fn listen() -> std::io::Result<Interrupt> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut term = signal(SignalKind::terminate())?;
         let interrupt = Interrupt::default();
         let flag = interrupt.clone();
         tokio::spawn(async move {
-            crate::cli::shutdown_signal().await;
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
             flag.set();
             eprintln!(
                 "harness bench: interrupted — finishing the current fault or step, then writing what was measured (signal again to quit at once)"
             );
-            crate::cli::shutdown_signal().await;
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
             eprintln!("harness bench: second signal — quitting without writing");
             std::process::exit(130);
         });
-        interrupt
+        Ok(interrupt)
+    }
+}
+
+/// What a bench measured, as far as its ending is concerned.
+trait Measured {
+    /// A signal stopped a loop before its end.
+    fn interrupted(&self) -> bool;
+    /// Nothing was measured at all.
+    fn is_empty(&self) -> bool;
+}
+
+impl Measured for takeover::TakeoverBench {
+    fn interrupted(&self) -> bool {
+        self.interrupted
+    }
+    fn is_empty(&self) -> bool {
+        self.takeover.is_empty() && self.cost.is_empty()
+    }
+}
+
+impl Measured for throughput::Throughput {
+    fn interrupted(&self) -> bool {
+        self.interrupted
+    }
+    fn is_empty(&self) -> bool {
+        self.steps.is_empty()
     }
 }
 
@@ -149,7 +185,7 @@ fn command_line() -> String {
 }
 
 /// Runs `harness bench ...`; exit 0 when the files were written, 1 when the bench failed, 2
-/// for invalid arguments.
+/// for invalid arguments, 130 when a signal cut it short.
 pub async fn main(args: BenchArgs) -> ExitCode {
     let common = match &args.command {
         BenchCommand::Takeover(a) => &a.common,
@@ -159,7 +195,13 @@ pub async fn main(args: BenchArgs) -> ExitCode {
         Ok(m) => m,
         Err(code) => return code,
     };
-    let interrupt = Interrupt::listen();
+    let interrupt = match Interrupt::listen() {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("harness: installing the Ctrl-C / SIGTERM handlers: {e}");
+            return ExitCode::from(1);
+        }
+    };
     match args.command {
         BenchCommand::Takeover(a) => takeover_main(a, dynamodb, interrupt).await,
         BenchCommand::Throughput(a) => throughput_main(a, dynamodb, interrupt).await,
@@ -167,10 +209,10 @@ pub async fn main(args: BenchArgs) -> ExitCode {
 }
 
 /// A bench's ending: its files written and its summary printed (exit 0; 130 when a signal cut
-/// it short), or why not (exit 1).
-fn conclude<T>(
+/// it short), or why not (exit 1). A bench interrupted before it measured anything writes
+/// nothing, so an earlier run's files in the same directory are kept.
+fn conclude<T: Measured>(
     bench: &str,
-    interrupt: &Interrupt,
     result: anyhow::Result<T>,
     write: impl FnOnce(&T) -> anyhow::Result<()>,
     summary: impl FnOnce(&T),
@@ -182,12 +224,18 @@ fn conclude<T>(
             return ExitCode::from(1);
         }
     };
+    if done.interrupted() && done.is_empty() {
+        eprintln!(
+            "harness: bench {bench}: interrupted before anything was measured; nothing written"
+        );
+        return ExitCode::from(130);
+    }
     if let Err(e) = write(&done) {
         eprintln!("harness: writing the bench files: {e}");
         return ExitCode::from(1);
     }
     summary(&done);
-    if interrupt.is_set() {
+    if done.interrupted() {
         eprintln!("harness: bench {bench}: interrupted; the files hold what was measured before the signal");
         return ExitCode::from(130);
     }
@@ -230,7 +278,6 @@ async fn takeover_main(
     };
     conclude(
         "takeover",
-        &interrupt,
         takeover::run(&options).await,
         |bench| output::write_takeover(&options.out, bench, &command_line()),
         |bench| {
@@ -276,7 +323,6 @@ async fn throughput_main(
     };
     conclude(
         "throughput",
-        &interrupt,
         throughput::run(&options).await,
         |result| throughput::write(&options.out, result, &command_line()),
         |result| {

@@ -26,7 +26,10 @@ pub fn merge_json(
         .and_then(|v| v.as_object().cloned())
         .unwrap_or_default();
     doc.extend(entries);
-    std::fs::write(&path, serde_json::to_string_pretty(&doc)? + "\n")?;
+    // Written aside and renamed over, so an interruption never leaves half a file.
+    let tmp = dir.join("bench.json.tmp");
+    std::fs::write(&tmp, serde_json::to_string_pretty(&doc)? + "\n")?;
+    std::fs::rename(&tmp, &path)?;
     Ok(())
 }
 
@@ -204,6 +207,9 @@ pub fn write_takeover(dir: &Path, bench: &TakeoverBench, command: &str) -> anyho
         "<h1>harness bench takeover</h1><p><code>{}</code></p>",
         escape(command)
     );
+    if bench.interrupted {
+        html.push_str("<p><strong>Interrupted by a signal</strong>: only what was measured before it is here.</p>");
+    }
     html.push_str(&md_table_to_html(&takeover_table(bench)));
     html.push_str("<h2>Where the time goes (p50 / p99 ms)</h2>");
     html.push_str(&md_table_to_html(&phase_table(bench)));

@@ -78,6 +78,8 @@ struct ModeResult {
     by_op: std::collections::BTreeMap<String, f64>,
     window_ms: u64,
     errors: Vec<String>,
+    /// The signal stopped this lab before its last fault.
+    interrupted: bool,
 }
 
 /// Everything the takeover bench measured.
@@ -129,6 +131,7 @@ pub async fn run(options: &TakeoverOptions) -> anyhow::Result<TakeoverBench> {
     };
     for &lease_ms in &sweep.leases_ms {
         if options.interrupt.is_set() {
+            bench.interrupted = true;
             break;
         }
         let renew = renew_ms(lease_ms, sweep.renew_ratio);
@@ -160,7 +163,12 @@ pub async fn run(options: &TakeoverOptions) -> anyhow::Result<TakeoverBench> {
         });
         let [aware, poll] = labs;
         let (aware, poll) = match tokio::join!(aware, poll) {
-            (Ok(a), Ok(p)) => (a, p),
+            (Ok(Some(a)), Ok(Some(p))) => (a, p),
+            (Ok(_), Ok(_)) => {
+                // The signal came during the labs' warm-up: this setting has nothing to show.
+                bench.interrupted = true;
+                break;
+            }
             (a, p) => {
                 // One lease setting failing (a lease too short for this machine's DynamoDB
                 // latency, say) is a finding, not the end of the sweep.
@@ -199,6 +207,7 @@ pub async fn run(options: &TakeoverOptions) -> anyhow::Result<TakeoverBench> {
             workers: sweep.workers,
         });
         for result in [aware, poll] {
+            bench.interrupted |= result.interrupted;
             bench.takeover.extend(result.rows);
             bench.errors.extend(result.errors);
             bench.samples.extend(
@@ -210,7 +219,6 @@ pub async fn run(options: &TakeoverOptions) -> anyhow::Result<TakeoverBench> {
         }
     }
     drop(ddb);
-    bench.interrupted = options.interrupt.is_set();
     Ok(bench)
 }
 
@@ -221,12 +229,18 @@ async fn one_mode(
     client: aws_sdk_dynamodb::Client,
     endpoint: String,
     bin: PathBuf,
-) -> anyhow::Result<ModeResult> {
+) -> anyhow::Result<Option<ModeResult>> {
     let mode = spec.mode.clone().unwrap_or_default();
     let (lease, renew) = (spec.lease_ms, spec.renew_ms);
     let lab = Lab::start(spec, &options.out, client, &endpoint, &bin).await?;
     lab.warm_up(Duration::from_millis(30_000 + 3 * lease))
         .await?;
+    if options.interrupt.is_set() {
+        // Nothing measured yet: end the lab properly and report nothing for it.
+        lab.finish().await?;
+        return Ok(None);
+    }
+    let mut interrupted = false;
 
     // Cost: a quiet window of at least two renew intervals, all workers alive.
     let window = Duration::from_millis((2 * renew).max(3_000));
@@ -247,7 +261,8 @@ async fn one_mode(
     let mut listed = [0usize; 2];
     let mut faults = [0usize; 2];
     for index in 0..options.sweep.runs * 2 {
-        if options.interrupt.is_set() {
+        if interrupted || options.interrupt.is_set() {
+            interrupted = true;
             break;
         }
         let kind = if index % 2 == 0 {
@@ -316,7 +331,7 @@ async fn one_mode(
             )
         })
         .collect();
-    Ok(ModeResult {
+    Ok(Some(ModeResult {
         mode,
         rows,
         samples,
@@ -324,7 +339,8 @@ async fn one_mode(
         by_op,
         window_ms,
         errors,
-    })
+        interrupted,
+    }))
 }
 
 /// One fault: pick a random owner (seeded draw), signal it, wait until another worker holds

@@ -91,9 +91,11 @@ pub async fn run(options: &ThroughputOptions) -> anyhow::Result<Throughput> {
     .await?;
     let cores = metrics::machine_busy_ms().map_or(1, |(_, c)| c);
     let mut steps = Vec::new();
+    let mut interrupted = false;
     'streams: for &streams in &options.streams {
         for &rate in &options.rates {
             if options.interrupt.is_set() {
+                interrupted = true;
                 break 'streams;
             }
             eprintln!(
@@ -150,7 +152,7 @@ pub async fn run(options: &ThroughputOptions) -> anyhow::Result<Throughput> {
         batch_max_delay_ms: BATCH_MAX_DELAY_MS,
         worker_bin: bin.display().to_string(),
         steps,
-        interrupted: options.interrupt.is_set(),
+        interrupted,
     })
 }
 
