@@ -149,6 +149,21 @@ fn quick_throughput_bench_writes_sane_files() {
     }
 }
 
+/// A small throughput ramp (2 workers, 20 streams, 3 s steps at `rates`) into `out`, with its
+/// stderr piped for the test to read.
+fn small_throughput_bench(out: &Path, rates: &str) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_harness"))
+        .args(["bench", "throughput", "--quick", "--workers", "2"])
+        .args(["--streams", "20", "--rates", rates, "--step-seconds", "3"])
+        .arg("--out")
+        .arg(out)
+        .arg("--worker-bin")
+        .arg(worker_bin())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running harness")
+}
+
 /// Ctrl-C during a bench: the step in progress finishes, no further step starts, the files say
 /// so and hold what was measured, and the exit code is 130.
 #[test]
@@ -158,16 +173,7 @@ fn an_interrupted_bench_writes_what_it_measured_and_exits_130() {
     use std::sync::mpsc;
     use std::time::{Duration, Instant};
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_harness"))
-        .args(["bench", "throughput", "--quick", "--workers", "2"])
-        .args(["--streams", "20", "--rates", "5,10", "--step-seconds", "3"])
-        .arg("--out")
-        .arg(dir.path())
-        .arg("--worker-bin")
-        .arg(worker_bin())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("running harness");
+    let mut child = small_throughput_bench(dir.path(), "5,10");
     // stderr is read on its own thread so that a hung harness fails the test instead of hanging it.
     let (tx, rx) = mpsc::channel();
     let stderr = BufReader::new(child.stderr.take().unwrap());
@@ -228,16 +234,7 @@ fn a_bench_interrupted_before_measuring_keeps_earlier_files() {
     let dir = tempfile::tempdir().unwrap();
     let earlier = "{\"throughput\": \"an earlier run\"}\n";
     std::fs::write(dir.path().join("bench.json"), earlier).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_harness"))
-        .args(["bench", "throughput", "--quick", "--workers", "2"])
-        .args(["--streams", "20", "--rates", "5", "--step-seconds", "3"])
-        .arg("--out")
-        .arg(dir.path())
-        .arg("--worker-bin")
-        .arg(worker_bin())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("running harness");
+    let mut child = small_throughput_bench(dir.path(), "5");
     let mut seen = Vec::new();
     // The provisioning line comes after the handlers are installed and before the first step
     // checks for a signal; the step cannot start before DynamoDB Local answers.
