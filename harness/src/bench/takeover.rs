@@ -261,7 +261,7 @@ async fn one_mode(
     let mut listed = [0usize; 2];
     let mut faults = [0usize; 2];
     for index in 0..options.sweep.runs * 2 {
-        if interrupted || options.interrupt.is_set() {
+        if options.interrupt.is_set() {
             interrupted = true;
             break;
         }
