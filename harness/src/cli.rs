@@ -109,7 +109,7 @@ async fn run(args: RunArgs) -> ExitCode {
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
-pub(crate) async fn shutdown_signal() {
+async fn shutdown_signal() {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("installing a SIGTERM handler");
     tokio::select! {

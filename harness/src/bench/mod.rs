@@ -105,7 +105,8 @@ pub struct ThroughputArgs {
 
 /// Set by the first Ctrl-C or SIGTERM. The bench finishes the fault or step it is in (its
 /// workers, DynamoDB Local and files are ended properly), writes what it measured and exits 130;
-/// a second signal quits at once (the children still die with the harness).
+/// a second signal quits at once (workers and a DynamoDB Local jar die with the harness through
+/// `PR_SET_PDEATHSIG`; a DynamoDB Local container is left running).
 #[derive(Debug, Clone, Default)]
 pub struct Interrupt(Arc<AtomicBool>);
 
