@@ -39,11 +39,6 @@ pub async fn dynamo(streams: &[&str]) -> dynamodb_local::DynamoLocal {
     ddb
 }
 
-/// The real mock upstream, producing `rate` events/s per stream.
-pub async fn upstream(streams: &[&str], rate: f64) -> (SocketAddr, mock_upstream::UpstreamHandle) {
-    upstream_with(streams, |c| c.rate = rate).await
-}
-
 /// The real mock upstream, its configuration changed by `change`.
 pub async fn upstream_with(
     streams: &[&str],
