@@ -6,11 +6,25 @@ use std::collections::HashMap;
 
 use hdrhistogram::Histogram;
 
-use crate::history::{Action, Outcome, Receipt, Record};
+use crate::history::{Action, Outcome, Receipt, Record, WorkerExit};
 use crate::report_json::{
     CheckpointAhead, FaultSummary, GapRange, HarnessStats, Percentiles, Report, ReportConfig,
-    Takeover,
+    StreamStall, Takeover, WorkerCrash,
 };
+
+/// The phase that starts the fleet's final stop: every worker exit from then on is the
+/// harness's doing. (Histories written before it existed fall back to `production_stopped`.)
+pub const FLEET_STOP_PHASE: &str = "fleet_stopping";
+/// Actions that end their target's process: its exit afterwards is the harness's doing.
+const ENDING_ACTIONS: [&str; 2] = ["kill", "terminate"];
+/// Bound on how far past the highest accepted seq a receipt may claim before the analysis
+/// refuses to index it (a history edited by hand, or not from this harness's sink).
+const MAX_SEQ_AHEAD: u64 = crate::sink::MAX_SEQ_AHEAD;
+
+mod timeline;
+
+/// How many of the longest stalls the report lists.
+pub const LONGEST_STALLS: usize = 10;
 
 /// How many gap ranges the report lists (the count in `totals.gaps` is always complete).
 pub const MAX_GAP_RANGES: usize = 100;
@@ -76,6 +90,12 @@ struct Analyser {
     lease_remaining_ms: Vec<u64>,
     saw_end: bool,
     saw_start: bool,
+    exits: Vec<WorkerExit>,
+    timeline: Option<timeline::Timeline>,
+    /// Workers an action ended (kill, terminate).
+    ended: std::collections::HashSet<String>,
+    fleet_stop_ms: Option<u64>,
+    production_stopped_ms: Option<u64>,
 }
 
 impl Analyser {
@@ -90,6 +110,9 @@ impl Analyser {
         match record {
             Record::RunStart(s) => {
                 self.saw_start = true;
+                let stall_threshold_ms = s.stall_threshold_ms.unwrap_or(2 * s.lease_ms);
+                self.timeline = Some(timeline::Timeline::new(s.wall_ms, stall_threshold_ms));
+                self.report.lease_source = s.lease_source.clone();
                 self.report.scenario = s.scenario;
                 self.report.description = s.description;
                 self.report.config = ReportConfig {
@@ -103,10 +126,14 @@ impl Analyser {
                     duration_ms: s.duration_ms,
                     fencing: s.fencing,
                     started_at_ms: s.wall_ms,
+                    stall_threshold_ms,
                 };
             }
             Record::Receipt(r) => self.receipt(r),
             Record::Action(action) => {
+                if ENDING_ACTIONS.contains(&action.action.as_str()) {
+                    self.ended.insert(action.target.clone());
+                }
                 let index = action
                     .streams
                     .iter()
@@ -124,6 +151,9 @@ impl Analyser {
                 self.actions.push((action, index));
             }
             Record::UpstreamFinal(u) => {
+                if let Some(t) = &mut self.timeline {
+                    t.known_stream(&u.stream_id);
+                }
                 self.stream(&u.stream_id).last_seq = Some(u.last_seq);
             }
             Record::CheckpointFinal(c) => {
@@ -145,14 +175,36 @@ impl Analyser {
                     },
                 };
             }
-            Record::Phase(_)
-            | Record::WorkerStart(_)
-            | Record::WorkerExit(_)
-            | Record::OwnerSample(_) => {}
+            Record::Phase(p) => match p.phase.as_str() {
+                FLEET_STOP_PHASE => self.fleet_stop_ms = self.fleet_stop_ms.or(Some(p.t_ms)),
+                "warmup_done" => {
+                    if let Some(t) = &mut self.timeline {
+                        t.window_start(p.t_ms);
+                    }
+                }
+                "production_stopped" => {
+                    self.production_stopped_ms = self.production_stopped_ms.or(Some(p.t_ms));
+                    if let Some(t) = &mut self.timeline {
+                        t.window_end(p.t_ms);
+                    }
+                }
+                _ => {}
+            },
+            Record::Lease(l) => {
+                if let Some(t) = &mut self.timeline {
+                    t.lease(&l);
+                }
+            }
+            Record::ContentMismatch(_) => self.report.totals.content_mismatches += 1,
+            Record::WorkerExit(exit) => self.exits.push(exit),
+            Record::WorkerStart(_) | Record::OwnerSample(_) => {}
         }
     }
 
     fn receipt(&mut self, r: Receipt) {
+        if let Some(t) = &mut self.timeline {
+            t.receipt(&r);
+        }
         let totals = &mut self.report.totals;
         match r.outcome {
             Outcome::Duplicate => {
@@ -167,6 +219,15 @@ impl Analyser {
             Outcome::Accepted => totals.events_accepted += 1,
         }
         let state = self.stream(&r.stream_id);
+        let reach = (state.accepted.len() as u64 * 64).saturating_add(MAX_SEQ_AHEAD);
+        if r.seq > reach {
+            let error = format!(
+                "receipt of {} seq {} at t={} ms is beyond any seq the sink stores: not counted",
+                r.stream_id, r.seq, r.t_ms
+            );
+            self.report.errors.push(error);
+            return;
+        }
         state.set(r.seq);
         if state
             .max_accepted_fence
@@ -230,10 +291,43 @@ impl Analyser {
                     a.t_ms <= t_ms && s.contains_key(stream) && !used.is_some_and(|u| u.contains(i))
                 })
         };
-        candidates()
+        let latest = candidates()
             .find(|(_, (_, s))| s[stream].0 == from_fence)
             .or_else(|| candidates().next())
+            .map(|(i, _)| i)?;
+        // A fault that took several actions (a terminate whose worker outlived its stop
+        // timeout, then the SIGKILL) caused the takeover with its first: time it from there.
+        let (first, _) = &self.actions[latest];
+        let fence = self.actions[latest].1[stream].0;
+        candidates()
+            .filter(|(_, (a, s))| {
+                a.fault.is_some()
+                    && a.fault == first.fault
+                    && a.target == first.target
+                    && s[stream].0 == fence
+            })
             .map(|(i, _)| i)
+            .min()
+            .or(Some(latest))
+    }
+
+    /// Worker exits no action of the harness caused, in time order.
+    fn crashes(&self) -> Vec<WorkerCrash> {
+        let stop = self.fleet_stop_ms.or(self.production_stopped_ms);
+        let mut crashes: Vec<WorkerCrash> = self
+            .exits
+            .iter()
+            .filter(|e| !self.ended.contains(&e.worker) && stop.is_none_or(|s| e.t_ms < s))
+            .map(|e| WorkerCrash {
+                worker: e.worker.clone(),
+                t_ms: e.t_ms,
+                code: e.code,
+                signal: e.signal,
+                log_tail: e.log_tail.clone(),
+            })
+            .collect();
+        crashes.sort_by_key(|c| c.t_ms);
+        crashes
     }
 
     fn finish(mut self) -> Report {
@@ -247,6 +341,29 @@ impl Analyser {
                 .errors
                 .push("history has no run_end record: the run did not complete".to_string());
         }
+        if let Some(timeline) = self.timeline.take() {
+            let f = timeline.finish();
+            let totals = &mut self.report.totals;
+            totals.late_writes = f.late_writes;
+            totals.late_write_ms_max = f.late_write_ms_max;
+            totals.expired_writes = f.expired_writes;
+            totals.superseded_accepted = f.superseded_accepted;
+            totals.max_stall_ms = f.max_stall_ms;
+            totals.stalled_streams = f.stalled_streams;
+            totals.unowned_ms_max = f.unowned_ms_max;
+            let mut stalls = f.stalls;
+            stalls.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            stalls.truncate(LONGEST_STALLS);
+            self.report.longest_stalls = stalls
+                .into_iter()
+                .map(|(stream_id, stall_ms)| StreamStall {
+                    stream_id,
+                    stall_ms,
+                })
+                .collect();
+        }
+        self.report.worker_crashes = self.crashes();
+        self.report.totals.worker_crashes = self.report.worker_crashes.len() as u64;
         let mut ids: Vec<&String> = self.streams.keys().collect();
         ids.sort();
         let totals = &mut self.report.totals;

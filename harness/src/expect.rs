@@ -1,12 +1,29 @@
 //! Evaluates a scenario's expectations against a report and sets its verdict.
 
 use crate::report_json::{metric, ExpectationResult, MetricValue, Report};
-use crate::scenario::Expectation;
+use crate::scenario::{Expectation, Op};
 
-/// Fills `report.expectations` and `report.passed` (every expectation held and the run completed).
+/// The checks every run makes whether or not its scenario names them (a scenario that bounds
+/// the same metric itself replaces the implicit check with its own).
+pub fn implicit_expectations() -> Vec<Expectation> {
+    vec![Expectation {
+        name: "no worker exited on its own".to_string(),
+        metric: "totals.worker_crashes".to_string(),
+        op: Op::Eq,
+        threshold_expr: "0".to_string(),
+        threshold: 0.0,
+    }]
+}
+
+/// Fills `report.expectations` and `report.passed` (every expectation held and the run
+/// completed). The [`implicit_expectations`] come first, unless the scenario bounds their metric.
 pub fn judge(report: &mut Report, expectations: &[Expectation]) {
     let shape = serde_json::to_value(&*report).expect("a report serialises");
-    report.expectations = expectations
+    let implicit = implicit_expectations()
+        .into_iter()
+        .filter(|i| !expectations.iter().any(|e| e.metric == i.metric));
+    let all: Vec<Expectation> = implicit.chain(expectations.iter().cloned()).collect();
+    report.expectations = all
         .iter()
         .map(|e| {
             let actual = match metric(&shape, &e.metric) {
@@ -52,6 +69,32 @@ pub fn summary_table(report: &Report) -> String {
         ms(t.takeover_ms.p99),
         ms(t.takeover_ms.max)
     );
+    let _ = writeln!(
+        out,
+        "  late writes {} (max {} ms after the grant)  expired writes {}  superseded accepted {}  worker crashes {}",
+        t.late_writes,
+        ms(t.late_write_ms_max),
+        t.expired_writes,
+        t.superseded_accepted,
+        t.worker_crashes
+    );
+    let _ = writeln!(
+        out,
+        "  longest stall {} ms  stalled streams {}  longest unowned {} ms",
+        ms(t.max_stall_ms),
+        t.stalled_streams,
+        ms(t.unowned_ms_max)
+    );
+    for c in &report.worker_crashes {
+        let _ = writeln!(
+            out,
+            "  {} exited on its own at {:.1} s (code {:?}, signal {:?})",
+            c.worker,
+            c.t_ms as f64 / 1000.0,
+            c.code,
+            c.signal
+        );
+    }
     let width = report
         .expectations
         .iter()

@@ -140,6 +140,30 @@ pub fn resolve_worker_bin(explicit: Option<&Path>) -> Result<PathBuf, String> {
     })
 }
 
+/// How much of a worker's log its `worker_exit` record keeps.
+const LOG_TAIL_LINES: usize = 20;
+const LOG_TAIL_BYTES: u64 = 4096;
+
+/// The last [`LOG_TAIL_LINES`] lines of `path` (at most [`LOG_TAIL_BYTES`] read from its end),
+/// so a report can say what a worker said before it went; `None` when unreadable or empty.
+pub fn log_tail(path: &Path) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    let start = len.saturating_sub(LOG_TAIL_BYTES);
+    file.seek(SeekFrom::Start(start)).ok()?;
+    let mut bytes = Vec::new();
+    file.take(LOG_TAIL_BYTES).read_to_end(&mut bytes).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    let mut lines: Vec<&str> = text.lines().collect();
+    if start > 0 && !lines.is_empty() {
+        lines.remove(0); // a partial first line
+    }
+    let keep = lines.len().saturating_sub(LOG_TAIL_LINES);
+    let tail = lines[keep..].join("\n");
+    (!tail.trim().is_empty()).then_some(tail)
+}
+
 impl Fleet {
     /// An empty fleet.
     pub fn new(config: FleetConfig, recorder: Recorder) -> Fleet {
@@ -234,15 +258,17 @@ impl Fleet {
         let worker = name.clone();
         tokio::spawn(async move {
             let status = child.wait().await;
+            let t_ms = recorder.now_ms();
             let (code, signal) = match &status {
                 Ok(s) => (s.code(), s.signal()),
                 Err(_) => (None, None),
             };
             recorder.record(Record::WorkerExit(WorkerExit {
-                t_ms: recorder.now_ms(),
+                t_ms,
                 worker: worker.clone(),
                 code,
                 signal,
+                log_tail: log_tail(&log_path),
             }));
             if let Some(w) = inner
                 .lock()

@@ -12,6 +12,7 @@ pub mod expect;
 pub mod faults;
 pub mod fleet;
 pub mod history;
+pub mod lease_log;
 pub mod report;
 pub mod report_json;
 pub mod run;

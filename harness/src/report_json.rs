@@ -33,6 +33,15 @@ pub struct Report {
     pub gap_ranges: Vec<GapRange>,
     /// Streams whose final checkpoint is beyond the sink's contiguous accepted high-water mark.
     pub checkpoint_ahead_streams: Vec<CheckpointAhead>,
+    /// The streams with the longest stalls (at most ten), longest first.
+    #[serde(default)]
+    pub longest_stalls: Vec<StreamStall>,
+    /// Where the lease timeline came from and at what resolution (null before it existed).
+    #[serde(default)]
+    pub lease_source: Option<crate::history::LeaseSourceInfo>,
+    /// Workers that exited without the harness causing it, with how and their last words.
+    #[serde(default)]
+    pub worker_crashes: Vec<WorkerCrash>,
     /// Fenced (rejected) events by the owner that sent them: who the zombies were.
     pub fenced_by_owner: std::collections::BTreeMap<String, u64>,
     pub expectations: Vec<ExpectationResult>,
@@ -59,6 +68,9 @@ pub struct ReportConfig {
     pub fencing: bool,
     /// Unix milliseconds of the run's t = 0.
     pub started_at_ms: i64,
+    /// A stream whose longest stall exceeds this is counted in `totals.stalled_streams`.
+    #[serde(default)]
+    pub stall_threshold_ms: u64,
 }
 
 /// A stream that changed owner (design §5).
@@ -105,6 +117,56 @@ pub struct Totals {
     pub takeover_ms: Percentiles,
     /// Percentiles of `lease_remaining_ms` at the injections that caused takeovers.
     pub lease_remaining_ms: Percentiles,
+    /// Workers that exited without the harness causing it (no kill or terminate of theirs,
+    /// before the fleet's final stop). Any fails the run unless the scenario bounds it itself.
+    #[serde(default)]
+    pub worker_crashes: u64,
+    /// Events the sink received (any outcome) under a fence lower than one the table had
+    /// already granted for the stream (per the lease timeline).
+    #[serde(default)]
+    pub late_writes: u64,
+    /// The most a late write came after that grant; null when there was none.
+    #[serde(default)]
+    pub late_write_ms_max: Option<u64>,
+    /// Events received after the sender's lease had expired by the table's `lease_expires_at`
+    /// (read on the harness's clock) or after the sender released it.
+    #[serde(default)]
+    pub expired_writes: u64,
+    /// Accepted events whose fence the table had already superseded.
+    #[serde(default)]
+    pub superseded_accepted: u64,
+    /// Over every stream, the longest time between the warm-up's end and production's stop
+    /// without an accepted event; null when the warm-up never ended.
+    #[serde(default)]
+    pub max_stall_ms: Option<u64>,
+    /// Streams whose longest stall exceeded the run's stall threshold.
+    #[serde(default)]
+    pub stalled_streams: u64,
+    /// The longest time any stream had no valid lease in the table over the same window;
+    /// null without a lease timeline.
+    #[serde(default)]
+    pub unowned_ms_max: Option<u64>,
+    /// Accepted events whose payload is not the upstream's for their (stream, seq).
+    #[serde(default)]
+    pub content_mismatches: u64,
+}
+
+/// One stream's longest time without an accepted event.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamStall {
+    pub stream_id: String,
+    pub stall_ms: u64,
+}
+
+/// A worker exit the harness did not cause.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerCrash {
+    pub worker: String,
+    pub t_ms: u64,
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    /// The last lines of its log.
+    pub log_tail: Option<String>,
 }
 
 /// p50 / p99 / max over `count` samples; null when there are none.

@@ -21,6 +21,8 @@ use crate::history::{
     CheckpointFinal, HistoryWriter, OwnerSample, Phase, Record, Recorder, RunEnd, RunStart,
     UpstreamFinal, Versions,
 };
+use crate::lease_log::stable::{Stability, Unsettled};
+use crate::lease_log::LeaseSource;
 use crate::report_json::Report;
 use crate::scenario::Scenario;
 use crate::sink::Sink;
@@ -29,6 +31,9 @@ use crate::sink::Sink;
 pub const OWNER_SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 /// How often warm-up and settle check their condition.
 const POLL: Duration = Duration::from_millis(500);
+/// Renew intervals without a change of hands (and with every stream held, no bid open) before
+/// the warm-up counts the fleet as settled.
+pub const STABLE_RENEWS: u64 = 3;
 /// Extra time, beyond a worker's drain, before the final shutdown SIGKILLs it.
 const SHUTDOWN_GRACE_EXTRA: Duration = Duration::from_secs(3);
 /// Bound on waiting for fault tasks still running at the run's end.
@@ -250,6 +255,13 @@ impl Env<'_> {
         let s = self.scenario;
         let table = lease_table::DEFAULT_TABLE;
         let streams = s.stream_ids();
+        let invalid =
+            |what: &str, e: &dyn std::fmt::Display| RunError::Invalid(format!("{what}: {e}"));
+        lease_table::create_table(&self.client, table)
+            .await
+            .map_err(|e| invalid("creating the lease table", &e))?;
+        // The timeline's source: the table's stream where the backend has one, else polling.
+        let lease_source = crate::lease_log::choose(&self.client, &self.endpoint, table).await;
         self.recorder.record(Record::RunStart(RunStart {
             t_ms: 0,
             wall_ms: lease_table::now_ms() - self.recorder.now_ms() as i64,
@@ -266,12 +278,9 @@ impl Env<'_> {
             fencing: s.fencing,
             versions: self.versions.clone(),
             scenario_text: s.source.clone(),
+            lease_source: Some(lease_source.info()),
+            stall_threshold_ms: Some(s.run.stall_threshold_ms),
         }));
-        let invalid =
-            |what: &str, e: &dyn std::fmt::Display| RunError::Invalid(format!("{what}: {e}"));
-        lease_table::create_table(&self.client, table)
-            .await
-            .map_err(|e| invalid("creating the lease table", &e))?;
         seed(&self.client, table, &streams)
             .await
             .map_err(|e| invalid("seeding the lease table", &e))?;
@@ -291,7 +300,7 @@ impl Env<'_> {
             self.fleet_config(&format!("ws://{upstream_addr}"), &sink.url()),
             self.recorder.clone(),
         );
-        let work = self.with_fleet(&fleet, &sink, &upstream, &streams);
+        let work = self.with_fleet(&fleet, &sink, &upstream, &streams, &lease_source);
         let result = (self.progress)
             .drive(work, || crate::report::Counters {
                 elapsed_ms: self.recorder.now_ms(),
@@ -355,9 +364,16 @@ impl Env<'_> {
         sink: &Sink,
         upstream: &mock_upstream::UpstreamHandle,
         streams: &[String],
+        lease_source: &LeaseSource,
     ) -> Result<Vec<String>, RunError> {
         let s = self.scenario;
         let table = lease_table::DEFAULT_TABLE;
+        // The lease timeline starts before the first worker, so it sees every grant.
+        let _lease_log = AbortOnDrop(lease_source.spawn(
+            self.client.clone(),
+            table.to_string(),
+            self.recorder.clone(),
+        ));
         for _ in 0..s.fleet.workers {
             fleet
                 .spawn()
@@ -397,6 +413,17 @@ impl Env<'_> {
                 last_seq: *last_seq,
             }));
         }
+        // From here on every worker exit is the harness's doing.
+        self.phase(crate::analysis::FLEET_STOP_PHASE, None);
+        let grace =
+            Duration::from_millis(s.fleet.drain_ms.unwrap_or(20_000)) + SHUTDOWN_GRACE_EXTRA;
+        let killed = fleet.shutdown(grace).await;
+        self.phase(
+            "drained",
+            (!killed.is_empty())
+                .then(|| format!("SIGKILLed after {grace:?}: {}", killed.join(", "))),
+        );
+        // Read after the drain, so the checkpoints its final batches wrote are checked too.
         match lease_table::scan_all(&self.client, table).await {
             Ok(items) => {
                 for item in items {
@@ -411,14 +438,6 @@ impl Env<'_> {
             }
             Err(e) => errors.push(format!("reading the final table state: {e}")),
         }
-        let grace =
-            Duration::from_millis(s.fleet.drain_ms.unwrap_or(20_000)) + SHUTDOWN_GRACE_EXTRA;
-        let killed = fleet.shutdown(grace).await;
-        self.phase(
-            "drained",
-            (!killed.is_empty())
-                .then(|| format!("SIGKILLed after {grace:?}: {}", killed.join(", "))),
-        );
         Ok(errors)
     }
 
@@ -472,10 +491,14 @@ impl Env<'_> {
         errors
     }
 
-    /// Waits until every stream has an owner and accepted traffic, within `warmup_ms`.
+    /// Waits until every stream has accepted traffic and ownership has settled (every stream
+    /// held, no open bid, no change of hands for [`STABLE_RENEWS`] renew intervals), within
+    /// `warmup_ms`.
     async fn warm_up(&self, fleet: &Fleet, sink: &Sink, streams: &[String]) -> Result<(), String> {
         let s = self.scenario;
         let deadline = Instant::now() + Duration::from_millis(s.run.warmup_ms);
+        let window_ms = STABLE_RENEWS * s.lease.renew_ms;
+        let mut stability = Stability::default();
         loop {
             // The sink is free to ask; the table is only scanned once every stream flows (or at
             // the deadline, for the message), so warm-up adds no load to a busy DynamoDB Local.
@@ -486,20 +509,17 @@ impl Env<'_> {
                 .map(String::as_str)
                 .collect();
             let expired = Instant::now() >= deadline;
-            let unowned: Vec<String> = if silent.is_empty() || expired {
-                let items = lease_table::scan_all(&self.client, lease_table::DEFAULT_TABLE)
-                    .await
-                    .map_err(|e| format!("warm-up: reading the lease table: {e}"))?;
-                let now = lease_table::now_ms();
-                items
-                    .into_iter()
-                    .filter(|i| !i.is_held_at(now))
-                    .map(|i| i.stream_id)
-                    .collect()
+            let settled = if silent.is_empty() || expired {
+                let rows =
+                    crate::lease_log::scan_consistent(&self.client, lease_table::DEFAULT_TABLE)
+                        .await
+                        .map_err(|e| format!("warm-up: reading the lease table: {e}"))?;
+                let (t_ms, wall_ms) = (self.recorder.now_ms(), lease_table::now_ms());
+                stability.observe(&rows, t_ms, wall_ms, s.lease.lease_ms, window_ms)
             } else {
-                Vec::new()
+                Err(Unsettled::Unowned(Vec::new()))
             };
-            if silent.is_empty() && unowned.is_empty() {
+            if silent.is_empty() && settled.is_ok() {
                 self.phase("warmup_done", None);
                 return Ok(());
             }
@@ -510,16 +530,29 @@ impl Env<'_> {
                 ));
             }
             if expired {
-                let sample =
-                    |v: &mut dyn Iterator<Item = &str>| v.take(5).collect::<Vec<_>>().join(", ");
+                let sample = |v: &[&str]| v.iter().take(5).copied().collect::<Vec<_>>().join(", ");
+                let unsettled = match &settled {
+                    Ok(()) => "ownership had settled".to_string(),
+                    Err(Unsettled::Unowned(ids)) => format!(
+                        "{} streams had no owner ({})",
+                        ids.len(),
+                        sample(&ids.iter().map(String::as_str).collect::<Vec<_>>())
+                    ),
+                    Err(Unsettled::OpenBids(ids)) => format!(
+                        "{} streams carried an open bid ({}): the fleet was still balancing",
+                        ids.len(),
+                        sample(&ids.iter().map(String::as_str).collect::<Vec<_>>())
+                    ),
+                    Err(Unsettled::Recent { ago_ms }) => format!(
+                        "a stream changed hands {ago_ms} ms before the end (settled needs {window_ms} ms without a change)"
+                    ),
+                };
                 return Err(format!(
-                    "warm-up did not complete within {} s: {} of {} streams had no owner ({}) and {} no accepted traffic ({}); see the worker logs in {}",
+                    "warm-up did not complete within {} s: {unsettled}, and {} of {} streams had no accepted traffic ({}); see the worker logs in {}",
                     s.run.warmup_ms as f64 / 1000.0,
-                    unowned.len(),
-                    streams.len(),
-                    sample(&mut unowned.iter().map(String::as_str)),
                     silent.len(),
-                    sample(&mut silent.iter().copied()),
+                    streams.len(),
+                    sample(&silent),
                     self.workers_dir.display()
                 ));
             }

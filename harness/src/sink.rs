@@ -21,14 +21,17 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use lease_protocol::{SinkAck, SinkRejection};
-use serde::de::IgnoredAny;
 use serde::Deserialize;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::history::{Outcome, ReceiptBatch, Recorder};
+use crate::history::{ContentMismatch, Outcome, ReceiptBatch, Record, Recorder};
 
 const SHARDS: usize = 64;
+/// How far past a stream's contiguous high-water mark an event's `seq` may be for the sink to
+/// store it (its bitmap then grows by at most 128 KiB). A real upstream never runs this far
+/// ahead of what was delivered; a seq beyond it (2^63, say) is refused with 400, not stored.
+pub const MAX_SEQ_AHEAD: u64 = 1 << 20;
 
 /// One stream's state in the sink.
 #[derive(Default)]
@@ -76,8 +79,11 @@ struct Shared {
 }
 
 impl Shared {
-    fn shard(&self, stream: &str) -> &Mutex<HashMap<String, StreamState>> {
-        &self.shards[self.hasher.hash_one(stream) as usize % SHARDS]
+    /// The shard holding `stream`, locked. A poisoned lock is taken anyway: nothing in a
+    /// critical section leaves a stream half-updated in a way a later batch could trip on.
+    fn shard(&self, stream: &str) -> std::sync::MutexGuard<'_, HashMap<String, StreamState>> {
+        let shard = &self.shards[self.hasher.hash_one(stream) as usize % SHARDS];
+        shard.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -93,6 +99,8 @@ pub struct Sink {
 enum Decision {
     Stored(SinkAck),
     Fenced(SinkRejection),
+    /// The batch holds an event the sink cannot store (400, nothing stored or recorded).
+    Refused(String),
 }
 
 impl Sink {
@@ -137,11 +145,7 @@ impl Sink {
 
     /// The contiguous accepted high-water mark of `stream` (0 when nothing accepted).
     pub fn high_water(&self, stream: &str) -> u64 {
-        let shard = self
-            .shared
-            .shard(stream)
-            .lock()
-            .expect("sink shard poisoned");
+        let shard = self.shared.shard(stream);
         shard.get(stream).map_or(0, |s| s.high_water)
     }
 
@@ -149,7 +153,7 @@ impl Sink {
     pub fn streams_with_traffic(&self) -> HashSet<String> {
         let mut out = HashSet::new();
         for shard in &self.shared.shards {
-            let shard = shard.lock().expect("sink shard poisoned");
+            let shard = shard.lock().unwrap_or_else(|e| e.into_inner());
             out.extend(
                 shard
                     .iter()
@@ -183,8 +187,8 @@ impl Sink {
 }
 
 /// A [`lease_protocol::SinkBatch`] as the sink reads it: strings borrowed from the body where
-/// they need no unescaping, and the payload checked for presence but not kept (the sink stores
-/// event identities, not their contents).
+/// they need no unescaping, and the payload checked against the upstream's content for its
+/// (stream, seq) but not kept (the sink stores event identities, not their contents).
 #[derive(Deserialize)]
 struct BatchIn<'a> {
     #[serde(borrow)]
@@ -199,8 +203,9 @@ struct EventIn<'a> {
     seq: u64,
     #[serde(borrow)]
     event_id: Cow<'a, str>,
-    #[allow(dead_code)] // required by the protocol; read and dropped
-    payload: IgnoredAny,
+    /// Checked against what the upstream produced for (stream, seq), then dropped.
+    #[serde(borrow)]
+    payload: Cow<'a, str>,
 }
 
 async fn post_events(
@@ -218,12 +223,25 @@ async fn post_events(
     match decide(&shared, &stream_id, &batch) {
         Decision::Stored(ack) => (StatusCode::OK, Json(ack)).into_response(),
         Decision::Fenced(rejection) => (StatusCode::CONFLICT, Json(rejection)).into_response(),
+        Decision::Refused(reason) => (StatusCode::BAD_REQUEST, reason).into_response(),
     }
 }
 
 /// Decides a batch and queues its receipts, under the stream's shard lock.
 fn decide(shared: &Shared, stream_id: &str, batch: &BatchIn) -> Decision {
-    let mut shard = shared.shard(stream_id).lock().expect("sink shard poisoned");
+    let mut shard = shared.shard(stream_id);
+    let high_water = shard.get(stream_id).map_or(0, |s| s.high_water);
+    if let Some(e) = batch
+        .events
+        .iter()
+        .find(|e| e.seq > high_water.saturating_add(MAX_SEQ_AHEAD))
+    {
+        return Decision::Refused(format!(
+            "event seq {} of {stream_id} is more than {MAX_SEQ_AHEAD} past the stream's \
+             delivered high-water mark {high_water}: the sink cannot store it",
+            e.seq
+        ));
+    }
     if !shard.contains_key(stream_id) {
         shard.insert(stream_id.to_string(), StreamState::default());
     }
@@ -255,6 +273,7 @@ fn decide(shared: &Shared, stream_id: &str, batch: &BatchIn) -> Decision {
         duplicates: 0,
     };
     let mut outcomes = Vec::with_capacity(batch.events.len());
+    let mut mismatched = Vec::new();
     for event in &batch.events {
         let new = if is_canonical(&event.event_id, stream_id, event.seq) {
             state.insert(event.seq)
@@ -263,6 +282,9 @@ fn decide(shared: &Shared, stream_id: &str, batch: &BatchIn) -> Decision {
         };
         let outcome = if new {
             ack.accepted += 1;
+            if !lease_protocol::payload_matches(&event.payload, stream_id, event.seq) {
+                mismatched.push(event.seq);
+            }
             Outcome::Accepted
         } else {
             ack.duplicates += 1;
@@ -270,7 +292,19 @@ fn decide(shared: &Shared, stream_id: &str, batch: &BatchIn) -> Decision {
         };
         outcomes.push((event.seq, outcome));
     }
+    let t_ms = shared.recorder.now_ms();
     shared.recorder.receipts(receipts(outcomes));
+    for seq in mismatched {
+        shared
+            .recorder
+            .record(Record::ContentMismatch(ContentMismatch {
+                t_ms,
+                stream_id: stream_id.to_string(),
+                seq,
+                owner_id: batch.owner_id.to_string(),
+                fence_token: batch.fence_token,
+            }));
+    }
     shared.accepted.fetch_add(ack.accepted, Ordering::Relaxed);
     Decision::Stored(ack)
 }
@@ -298,7 +332,7 @@ mod tests {
                 .map(|&seq| SinkEvent {
                     seq,
                     event_id: event_id("s-0001", seq),
-                    payload: "p".into(),
+                    payload: lease_protocol::payload_prefix("s-0001", seq) + "p",
                 })
                 .collect(),
         }
@@ -450,7 +484,7 @@ mod tests {
             assert!(text.contains(words), "{body}: {text}");
         }
         // Escaped strings (owned rather than borrowed) are read like plain ones.
-        let escaped = r#"{"owner_id":"w\"1","fence_token":1,"events":[{"seq":1,"event_id":"s-0001:\u0031","payload":"x"}]}"#;
+        let escaped = r#"{"owner_id":"w\"1","fence_token":1,"events":[{"seq":1,"event_id":"s-0001:\u0031","payload":"s-0001/1.\u0078"}]}"#;
         let r = client.post(&url).body(escaped).send().await.unwrap();
         assert_eq!(r.status(), 200);
         assert_eq!(
@@ -475,6 +509,86 @@ mod tests {
             })
             .collect();
         assert_eq!(owners, ["w\"1"]);
+    }
+
+    #[tokio::test]
+    async fn an_absurd_seq_is_a_400_and_the_sink_stays_up() {
+        let Served {
+            _dir,
+            path,
+            writer,
+            sink,
+            client,
+            url,
+        } = serve().await;
+        for seq in [1u64 << 63, u64::MAX, MAX_SEQ_AHEAD + 1] {
+            let r = client
+                .post(&url)
+                .json(&batch("w1", 1, &[1, seq]))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 400, "seq {seq}");
+            let text = r.text().await.unwrap();
+            assert!(text.contains(&seq.to_string()), "{text}");
+        }
+        assert_eq!(
+            sink.high_water("s-0001"),
+            0,
+            "nothing of a refused batch is stored"
+        );
+        // The sink still serves, and a seq within reach of the mark is stored.
+        let r = client
+            .post(&url)
+            .json(&batch("w1", 1, &[1, MAX_SEQ_AHEAD]))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(sink.high_water("s-0001"), 1);
+        sink.stop().await;
+        assert_eq!(
+            writer.finish().unwrap(),
+            2,
+            "receipts of the stored batch only"
+        );
+        drop(path);
+    }
+
+    #[tokio::test]
+    async fn a_payload_that_is_not_the_upstreams_is_recorded_as_a_mismatch() {
+        let Served {
+            _dir,
+            path,
+            writer,
+            sink,
+            client,
+            url,
+        } = serve().await;
+        let mut b = batch("w1", 1, &[1, 2, 3]);
+        b.events[1].payload = lease_protocol::payload_prefix("s-0001", 3) + "p"; // seq 2 carries 3's
+        let r = client.post(&url).json(&b).send().await.unwrap();
+        assert_eq!(
+            r.status(),
+            200,
+            "accepted all the same: the check is the harness's"
+        );
+        let r = client.post(&url).json(&b).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        sink.stop().await;
+        writer.finish().unwrap();
+        let mismatches: Vec<u64> = crate::history::read(&path)
+            .unwrap()
+            .filter_map(|r| match r.unwrap() {
+                Record::ContentMismatch(m) => Some(m.seq),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            mismatches,
+            [2],
+            "once: the repeat is a duplicate, not a new acceptance"
+        );
     }
 
     #[test]

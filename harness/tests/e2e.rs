@@ -292,7 +292,6 @@ fn list_shows_the_shipped_scenarios() {
         "task-kill",
         "pause-past-lease",
         "rolling-deploy",
-        "zombie-writer",
     ] {
         assert!(stdout.contains(name), "{name} missing from:\n{stdout}");
     }

@@ -1,6 +1,7 @@
 //! The sequenced feed: per-stream ring buffers of compact event slots (the production instant
-//! and timestamp; the sequence is the position and the payload is shared), rendered to wire text
-//! when read, and the single producer task that appends to all of them on a fixed tick.
+//! and timestamp; the sequence is the position, and the payload — `{stream}/{seq}.` and a shared
+//! filler — is derived from both), rendered to wire text when read, and the single producer
+//! task that appends to all of them on a fixed tick.
 //!
 //! Subscribers never get events pushed at them: each reads the ring by its own cursor and waits on
 //! the stream's `head` watch when it has caught up. Replay and live delivery are the same read, so
@@ -178,13 +179,19 @@ impl Stream {
 }
 
 /// Writes the wire text of one event into `s` (the same bytes `UpstreamFrame::to_text` gives).
+/// The payload is [`lease_protocol::payload_prefix`]`(stream, seq)` then the shared filler, so
+/// a sink can check each event carries its own content; `json_id` and `json_payload` are JSON
+/// string literals (quoted), spliced into one.
 fn event_text(s: &mut String, json_id: &str, seq: u64, ts_ms: i64, json_payload: &str) {
     use std::fmt::Write;
+    let inner = |literal: &str| -> usize { literal.len().saturating_sub(1) };
     s.clear();
     s.push_str(r#"{"type":"event","stream_id":"#);
     s.push_str(json_id);
     write!(s, r#","seq":{seq},"ts_ms":{ts_ms},"payload":"#).expect("write to String");
-    s.push_str(json_payload);
+    s.push_str(&json_id[..inner(json_id)]); // the id's literal without its closing quote
+    write!(s, "/{seq}.").expect("write to String");
+    s.push_str(&json_payload[1.min(json_payload.len())..]); // the filler without its opening quote
     s.push('}');
 }
 
@@ -396,8 +403,9 @@ mod tests {
         };
         assert_eq!(
             (stream_id.as_str(), *seq, payload.as_str()),
-            ("s-\"1\"", 1, "abcde")
+            ("s-\"1\"", 1, "s-\"1\"/1.abcde")
         );
+        assert!(lease_protocol::payload_matches(payload, stream_id, 1));
         assert_eq!(frame.to_text(), out[0].text.as_str());
     }
 

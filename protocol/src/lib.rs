@@ -80,6 +80,26 @@ pub fn event_id(stream_id: &str, seq: u64) -> String {
     format!("{stream_id}:{seq}")
 }
 
+/// The start of the payload the reference upstream gives event `seq` of `stream_id`:
+/// `"{stream_id}/{seq}."`, followed by filler. A sink can then check, without a lookup, that an
+/// event carries the content produced for its (stream, seq).
+pub fn payload_prefix(stream_id: &str, seq: u64) -> String {
+    format!("{stream_id}/{seq}.")
+}
+
+/// True when `payload` starts with [`payload_prefix`]`(stream_id, seq)`; checked without
+/// allocating.
+pub fn payload_matches(payload: &str, stream_id: &str, seq: u64) -> bool {
+    let Some(rest) = payload
+        .strip_prefix(stream_id)
+        .and_then(|r| r.strip_prefix('/'))
+    else {
+        return false;
+    };
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    rest.as_bytes().get(digits) == Some(&b'.') && rest[..digits].parse::<u64>().ok() == Some(seq)
+}
+
 /// The name of the `index`-th stream (1-based) for `--stream-count N --stream-prefix P`: `s-0001`.
 pub fn stream_name(prefix: &str, index: usize) -> String {
     format!("{prefix}{index:04}")
@@ -101,6 +121,20 @@ pub fn sink_path(stream_id: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_payload_matches_only_its_own_stream_and_seq() {
+        let p = payload_prefix("s-0001", 42) + "abcdef";
+        assert_eq!(p, "s-0001/42.abcdef");
+        assert!(payload_matches(&p, "s-0001", 42));
+        assert!(!payload_matches(&p, "s-0001", 4));
+        assert!(!payload_matches(&p, "s-0001", 421));
+        assert!(!payload_matches(&p, "s-0002", 42));
+        assert!(!payload_matches(&p, "s-000", 42));
+        assert!(!payload_matches("s-0001/42", "s-0001", 42));
+        assert!(!payload_matches("", "s-0001", 42));
+        assert!(!payload_matches("s-0001/.x", "s-0001", 0));
+    }
 
     #[test]
     fn event_frame_matches_design_example() {

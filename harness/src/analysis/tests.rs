@@ -1,7 +1,7 @@
 //! The analysis on small hand-written histories.
 
 use super::*;
-use crate::history::{ActionStream, CheckpointFinal, RunEnd, RunStart, UpstreamFinal};
+use crate::history::{ActionStream, CheckpointFinal, RunEnd, RunStart, UpstreamFinal, WorkerExit};
 use crate::report_json::Totals;
 
 fn start() -> Record {
@@ -259,10 +259,13 @@ threshold = "lease_ms + 1500"
 "#;
     let scenario = crate::scenario::Scenario::parse(text, std::path::Path::new("x.toml")).unwrap();
     crate::expect::judge(&mut report, &scenario.expectations);
+    // The implicit check comes first: no worker exited on its own.
+    assert_eq!(report.expectations[0].metric, "totals.worker_crashes");
     assert!(report.expectations[0].passed);
-    assert_eq!(report.expectations[1].threshold, 4500.0);
-    assert_eq!(report.expectations[1].actual, None);
-    assert!(!report.expectations[1].passed);
+    assert!(report.expectations[1].passed);
+    assert_eq!(report.expectations[2].threshold, 4500.0);
+    assert_eq!(report.expectations[2].actual, None);
+    assert!(!report.expectations[2].passed);
     assert!(!report.passed);
 }
 
@@ -293,4 +296,104 @@ fn a_written_history_reads_back_to_the_same_report() {
         .collect();
     assert_eq!(read, records);
     assert_eq!(analyse(read), analyse(records));
+}
+
+fn action(t_ms: u64, name: &str, fence: u64, remaining: i64) -> Record {
+    match kill(t_ms, fence, remaining) {
+        Record::Action(mut a) => {
+            a.action = name.into();
+            Record::Action(a)
+        }
+        _ => unreachable!(),
+    }
+}
+
+fn exit(t_ms: u64, worker: &str, code: Option<i32>, signal: Option<i32>) -> Record {
+    Record::WorkerExit(WorkerExit {
+        t_ms,
+        worker: worker.into(),
+        code,
+        signal,
+        log_tail: Some("panicked at 'boom'".into()),
+    })
+}
+
+fn phase(t_ms: u64, name: &str) -> Record {
+    Record::Phase(crate::history::Phase {
+        t_ms,
+        phase: name.into(),
+        detail: None,
+    })
+}
+
+#[test]
+fn a_terminate_outliving_its_stop_timeout_is_timed_from_the_sigterm() {
+    let report = analyse(vec![
+        start(),
+        accepted(100, 1, 1, "worker-1"),
+        action(400, "terminate", 1, 2500),
+        action(8400, "kill", 1, 2900),
+        accepted(9000, 2, 2, "worker-2"),
+        last_seq(2),
+        end(10_000),
+    ]);
+    let t = &report.takeovers[0];
+    assert_eq!(t.cause.as_deref(), Some("terminate"));
+    assert_eq!(
+        t.takeover_ms,
+        Some(8600),
+        "from the SIGTERM, not the SIGKILL"
+    );
+    assert_eq!(t.lease_remaining_ms, Some(2500));
+}
+
+#[test]
+fn only_exits_the_harness_did_not_cause_are_crashes() {
+    let report = analyse(vec![
+        start(),
+        kill(400, 1, 2000), // worker-1 is killed: its exit is the harness's doing
+        exit(401, "worker-1", None, Some(9)),
+        exit(900, "worker-2", Some(101), None), // on its own
+        phase(2000, crate::analysis::FLEET_STOP_PHASE),
+        exit(2500, "worker-3", Some(0), None), // the final stop
+        end(3000),
+    ]);
+    assert_eq!(report.totals.worker_crashes, 1);
+    let crash = &report.worker_crashes[0];
+    assert_eq!((crash.worker.as_str(), crash.code), ("worker-2", Some(101)));
+    assert_eq!(crash.log_tail.as_deref(), Some("panicked at 'boom'"));
+    // The crash fails the run even though the scenario never mentions it...
+    let mut judged = report.clone();
+    crate::expect::judge(&mut judged, &[]);
+    assert!(!judged.passed);
+    assert_eq!(judged.expectations[0].actual, Some(1.0));
+    // ...unless the scenario bounds the metric itself.
+    let own = crate::scenario::Expectation {
+        name: "crashes allowed".into(),
+        metric: "totals.worker_crashes".into(),
+        op: crate::scenario::Op::Le,
+        threshold_expr: "1".into(),
+        threshold: 1.0,
+    };
+    let mut judged = report;
+    crate::expect::judge(&mut judged, &[own]);
+    assert_eq!(judged.expectations.len(), 1);
+    assert!(judged.passed);
+}
+
+#[test]
+fn an_absurd_seq_in_a_history_is_an_error_not_an_allocation() {
+    let report = analyse(vec![
+        start(),
+        accepted(1, 1, 1, "worker-1"),
+        accepted(2, 1 << 63, 1, "worker-1"),
+        last_seq(1),
+        end(10),
+    ]);
+    assert_eq!(report.totals.gaps, 0);
+    assert!(
+        report.errors[0].contains("beyond any seq"),
+        "{:?}",
+        report.errors
+    );
 }

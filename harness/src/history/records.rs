@@ -20,6 +20,8 @@ pub enum Record {
     OwnerSample(OwnerSample),
     UpstreamFinal(UpstreamFinal),
     CheckpointFinal(CheckpointFinal),
+    Lease(LeaseChange),
+    ContentMismatch(ContentMismatch),
     RunEnd(RunEnd),
 }
 
@@ -46,6 +48,24 @@ pub struct RunStart {
     /// The scenario file's TOML exactly as run (a `--seed` override shows in `seed`, not here).
     #[serde(default)]
     pub scenario_text: String,
+    /// Where the `lease` records come from (`dynamodb_streams`, `poll`) and how finely they
+    /// are timed; absent from histories written before the lease timeline was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_source: Option<LeaseSourceInfo>,
+    /// A stream stalled longer than this counts in `stalled_streams`; absent in older
+    /// histories (then twice the lease).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stall_threshold_ms: Option<u64>,
+}
+
+/// How the lease timeline of a run was read (design §9).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseSourceInfo {
+    /// `dynamodb_streams` (the table's own change log) or `poll` (consistent scans).
+    pub source: String,
+    /// The interval at which the source is read, in ms: a `lease` record's `t_ms` is at most
+    /// about this much after the write it reports.
+    pub resolution_ms: u64,
 }
 
 /// The versions of what ran: the harness itself and the worker binary.
@@ -86,6 +106,9 @@ pub struct WorkerExit {
     pub worker: String,
     pub code: Option<i32>,
     pub signal: Option<i32>,
+    /// The last lines of the worker's log (what it said before it went), when readable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_tail: Option<String>,
 }
 
 /// How the sink answered one event.
@@ -191,6 +214,50 @@ pub struct CheckpointFinal {
     pub checkpoint: Option<u64>,
 }
 
+/// One change to a stream's lease item, as the table's change log (or a consistent poll) showed
+/// it (design §9). `t_ms` is when the harness learned of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseChange {
+    pub t_ms: u64,
+    pub stream_id: String,
+    pub op: LeaseOp,
+    pub owner_id: Option<String>,
+    pub fence_token: Option<u64>,
+    /// Unix milliseconds (the table's own value).
+    pub lease_expires_at: Option<i64>,
+    pub checkpoint: Option<u64>,
+    /// The item's `updated_at`, Unix ms, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<i64>,
+}
+
+/// An event the sink accepted whose payload is not what the upstream produced for its
+/// (stream, seq) (design §9 `content_mismatches`). Written only when it happens.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContentMismatch {
+    pub t_ms: u64,
+    pub stream_id: String,
+    pub seq: u64,
+    pub owner_id: String,
+    pub fence_token: u64,
+}
+
+/// What a lease change did, judged from the item before and after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeaseOp {
+    /// The fence token went up: a new grant.
+    Acquire,
+    /// Same owner and fence, a later expiry.
+    Renew,
+    /// The owner was removed.
+    Release,
+    /// Same owner and fence, a new checkpoint and nothing else of note.
+    Checkpoint,
+    /// Anything else (seeding, a bid, a foreign writer).
+    Other,
+}
+
 /// Last line: how the run ended and what the harness itself cost.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunEnd {
@@ -215,6 +282,8 @@ impl Record {
             Record::Action(r) => Some(r.t_ms),
             Record::OwnerSample(r) => Some(r.t_ms),
             Record::RunEnd(r) => Some(r.t_ms),
+            Record::Lease(r) => Some(r.t_ms),
+            Record::ContentMismatch(r) => Some(r.t_ms),
             Record::UpstreamFinal(_) | Record::CheckpointFinal(_) => None,
         }
     }

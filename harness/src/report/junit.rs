@@ -25,6 +25,21 @@ pub fn render(report: &Report) -> anyhow::Result<String> {
     ] {
         suite.add_property(Property::new(name, value));
     }
+    let t = &report.totals;
+    let opt = |v: Option<u64>| v.map_or("null".to_string(), |v| v.to_string());
+    for (name, value) in [
+        ("worker_crashes", t.worker_crashes.to_string()),
+        ("late_writes", t.late_writes.to_string()),
+        ("late_write_ms_max", opt(t.late_write_ms_max)),
+        ("expired_writes", t.expired_writes.to_string()),
+        ("superseded_accepted", t.superseded_accepted.to_string()),
+        ("max_stall_ms", opt(t.max_stall_ms)),
+        ("stalled_streams", t.stalled_streams.to_string()),
+        ("unowned_ms_max", opt(t.unowned_ms_max)),
+        ("content_mismatches", t.content_mismatches.to_string()),
+    ] {
+        suite.add_property(Property::new(name, value));
+    }
 
     let mut completed = if report.errors.is_empty() {
         TestCaseStatus::success()
@@ -63,8 +78,10 @@ pub fn render(report: &Report) -> anyhow::Result<String> {
                 ))
                 .set_type("expectation failed")
                 .set_description(format!(
-                    "metric:    {}\nactual:    {actual}\nthreshold: {} {threshold}\n",
-                    e.metric, e.op
+                    "metric:    {}\nactual:    {actual}\nthreshold: {} {threshold}\n{}",
+                    e.metric,
+                    e.op,
+                    crash_details(report, &e.metric)
                 ));
             status
         };
@@ -81,4 +98,25 @@ pub fn render(report: &Report) -> anyhow::Result<String> {
     junit
         .to_string()
         .map_err(|e| anyhow::anyhow!("cannot write junit.xml: {e}"))
+}
+
+/// For the worker-crash check: each crashed worker, how it ended and its log's last lines.
+fn crash_details(report: &Report, metric: &str) -> String {
+    if metric != "totals.worker_crashes" {
+        return String::new();
+    }
+    let mut text = String::new();
+    for c in &report.worker_crashes {
+        let how = match (c.code, c.signal) {
+            (Some(code), _) => format!("exit code {code}"),
+            (None, Some(signal)) => format!("signal {signal}"),
+            (None, None) => "unknown exit".to_string(),
+        };
+        text.push_str(&format!("\n{} at {} ms: {how}\n", c.worker, c.t_ms));
+        if let Some(tail) = &c.log_tail {
+            text.push_str(tail);
+            text.push('\n');
+        }
+    }
+    text
 }

@@ -92,9 +92,11 @@ fn percentiles(p: &Percentiles) -> String {
 /// Every table of the report, in reading order; empty optional tables are left out.
 pub fn all(report: &Report, view: &RunView) -> Vec<Table> {
     let mut tables = vec![expectations(report), totals(report)];
+    tables.extend(worker_crashes(report));
     tables.extend(faults(report));
     tables.extend(takeovers(report));
     tables.extend(per_worker(view));
+    tables.extend(longest_stalls(report));
     tables.extend(gaps(report));
     tables.extend(checkpoint_ahead(report));
     tables.extend(fenced_by_owner(report));
@@ -178,9 +180,95 @@ fn totals(report: &Report) -> Table {
                 "lease remaining at the fault (ms)",
                 percentiles(&t.lease_remaining_ms),
             ),
+            zero_is_good("workers that exited on their own", t.worker_crashes),
+            zero_is_good("late writes (after a higher grant)", t.late_writes),
+            plain(
+                "latest late write (ms after the grant)",
+                ms(t.late_write_ms_max),
+            ),
+            zero_is_good("writes after the lease expired", t.expired_writes),
+            zero_is_good("superseded writes accepted", t.superseded_accepted),
+            plain("longest stall of a stream (ms)", ms(t.max_stall_ms)),
+            zero_is_good("stalled streams", t.stalled_streams),
+            plain(
+                "longest time without a valid lease (ms)",
+                ms(t.unowned_ms_max),
+            ),
+            zero_is_good(
+                "events accepted with the wrong content",
+                t.content_mismatches,
+            ),
         ],
-        note: None,
+        note: report.lease_source.as_ref().map(|s| {
+            format!(
+                "Lease timeline from {} (resolution {} ms); stalls over {} ms count as stalled.",
+                s.source, s.resolution_ms, report.config.stall_threshold_ms
+            )
+        }),
     }
+}
+
+fn worker_crashes(report: &Report) -> Option<Table> {
+    if report.worker_crashes.is_empty() {
+        return None;
+    }
+    let rows = report
+        .worker_crashes
+        .iter()
+        .map(|c| {
+            let how = match (c.code, c.signal) {
+                (Some(code), _) => format!("exit code {code}"),
+                (None, Some(signal)) => format!("signal {signal}"),
+                (None, None) => "unknown".to_string(),
+            };
+            vec![
+                c.worker.clone().into(),
+                secs(c.t_ms).into(),
+                how.into(),
+                Cell::code(c.log_tail.clone().unwrap_or_default()),
+            ]
+        })
+        .collect();
+    Some(Table {
+        id: "worker-crashes",
+        title: "Workers that exited on their own".into(),
+        intro: None,
+        headers: ["worker", "at (s)", "how", "last lines of its log"]
+            .map(String::from)
+            .to_vec(),
+        rows,
+        note: None,
+    })
+}
+
+fn longest_stalls(report: &Report) -> Option<Table> {
+    if report.longest_stalls.is_empty() {
+        return None;
+    }
+    let threshold = report.config.stall_threshold_ms;
+    let rows = report
+        .longest_stalls
+        .iter()
+        .map(|s| {
+            vec![
+                s.stream_id.clone().into(),
+                Cell {
+                    passed: Some(s.stall_ms <= threshold),
+                    ..Cell::from(s.stall_ms.to_string())
+                },
+            ]
+        })
+        .collect();
+    Some(Table {
+        id: "stalls",
+        title: "Longest stalls".into(),
+        intro: None,
+        headers: ["stream", "longest time without an accepted event (ms)"]
+            .map(String::from)
+            .to_vec(),
+        rows,
+        note: None,
+    })
 }
 
 fn faults(report: &Report) -> Option<Table> {

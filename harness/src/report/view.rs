@@ -180,7 +180,12 @@ impl Builder {
             Record::Phase(p) if p.phase == "production_stopped" => {
                 self.production_stopped_ms.get_or_insert(p.t_ms);
             }
-            Record::RunStart(_) | Record::Phase(_) | Record::WorkerExit(_) | Record::RunEnd(_) => {}
+            Record::RunStart(_)
+            | Record::Phase(_)
+            | Record::WorkerExit(_)
+            | Record::Lease(_)
+            | Record::ContentMismatch(_)
+            | Record::RunEnd(_) => {}
         }
     }
 }

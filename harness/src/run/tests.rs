@@ -32,6 +32,11 @@ target = "random"
 at_seconds = 5
 action = "kill"
 target = "random"
+
+[[expect]]
+metric = "totals.gaps"
+op = "=="
+threshold = 0
 "#;
 
 fn options(dir: &Path, seed: Option<u64>) -> RunOptions {

@@ -104,6 +104,8 @@ pub struct RunTimes {
     pub duration_ms: u64,
     pub settle_timeout_ms: u64,
     pub seed: u64,
+    /// A stall longer than this makes a stream count in `totals.stalled_streams`.
+    pub stall_threshold_ms: u64,
 }
 
 /// One scheduled fault, `at_ms` after the warm-up ends.
@@ -291,6 +293,7 @@ fn vars(
         ("streams", upstream.streams as f64),
         ("rate", upstream.rate),
         ("duration_ms", run.duration_ms as f64),
+        ("stall_threshold_ms", run.stall_threshold_ms as f64),
     ])
 }
 
@@ -394,6 +397,10 @@ impl Validator<'_> {
             settle_timeout_ms: self
                 .positive_ms("run.settle_timeout_seconds", raw.run.settle_timeout_seconds)?,
             seed: raw.run.seed.unwrap_or(DEFAULT_SEED),
+            stall_threshold_ms: match raw.run.stall_threshold_seconds {
+                Some(seconds) => self.positive_ms("run.stall_threshold_seconds", seconds)?,
+                None => 2 * lease.lease_ms,
+            },
         };
         let faults = self.faults(&raw.faults, &fleet, &run)?;
         for name in fleet.worker_env.keys() {
@@ -405,6 +412,26 @@ impl Validator<'_> {
                     format!("no worker named {name:?}: the run starts worker-1 … worker-{started}"),
                 ));
             }
+        }
+        match (raw.expect.is_empty(), raw.no_expectations) {
+            (true, None | Some(false)) => {
+                return Err(ScenarioError {
+                    file: self.file.to_path_buf(),
+                    line: self.spans.line("no_expectations").max(1),
+                    field: "expect".to_string(),
+                    message: "the scenario has no [[expect]], so a run of it could never fail: \
+                              add expectations (e.g. totals.gaps == 0), or write \
+                              `no_expectations = true` at the top if it is meant to judge nothing"
+                        .to_string(),
+                });
+            }
+            (false, Some(true)) => {
+                return Err(self.err(
+                    "no_expectations",
+                    "says the scenario has no expectations, but it has [[expect]] entries: remove one or the other",
+                ));
+            }
+            _ => {}
         }
         let vars = vars(&lease, &fleet, &upstream, &run);
         let mut expectations = Vec::new();

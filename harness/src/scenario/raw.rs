@@ -20,6 +20,10 @@ pub struct RawScenario {
     pub faults: Vec<RawFault>,
     #[serde(default)]
     pub expect: Vec<RawExpectation>,
+    /// `true` lets a scenario have no `[[expect]]` (a demonstration run that judges nothing but
+    /// the harness's own checks); without it, such a scenario is refused.
+    #[serde(default)]
+    pub no_expectations: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -84,6 +88,10 @@ pub struct RawRun {
     pub settle_timeout_seconds: f64,
     #[serde(default)]
     pub seed: Option<u64>,
+    /// A stream that goes longer than this without an accepted event (between the warm-up's
+    /// end and production's stop) counts in `totals.stalled_streams`; default twice the lease.
+    #[serde(default)]
+    pub stall_threshold_seconds: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

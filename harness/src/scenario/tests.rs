@@ -266,16 +266,18 @@ fn broken_toml_names_its_line() {
 fn the_shipped_scenarios_are_valid() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
     let mut seen = 0;
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "toml") {
-            Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
-            seen += 1;
+    for sub in ["", "negative", "scale"] {
+        for entry in std::fs::read_dir(dir.join(sub)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
+                seen += 1;
+            }
         }
     }
     assert!(
-        seen >= 5,
-        "expected the five shipped scenarios in {}",
+        seen >= 7,
+        "expected the shipped and negative scenarios in {}",
         dir.display()
     );
 }
@@ -286,4 +288,25 @@ fn a_missing_top_level_table_is_named() {
     let err = parse(text).unwrap_err();
     assert_eq!(err.field, "fleet", "{err}");
     assert!(err.message.contains("missing field `fleet`"), "{err}");
+}
+
+#[test]
+fn a_scenario_without_expectations_is_refused_unless_it_says_so() {
+    let cut = VALID.find("[[expect]]").unwrap();
+    let bare = &VALID[..cut];
+    let err = parse(bare).expect_err("no [[expect]] must be refused");
+    assert_eq!(err.field, "expect");
+    assert!(err.message.contains("no_expectations = true"), "{err}");
+    assert!(err.to_string().starts_with("scenarios/x.toml:1:"), "{err}");
+
+    let said = format!("no_expectations = true\n{bare}");
+    assert!(parse(&said).unwrap().expectations.is_empty());
+
+    let both = format!("no_expectations = true\n{VALID}");
+    assert_error(
+        &both,
+        "no_expectations",
+        "no_expectations",
+        "remove one or the other",
+    );
 }

@@ -244,6 +244,8 @@ pub fn history(streams: usize, period_ms: u64) -> Vec<Record> {
             fencing: true,
             versions: versions(),
             scenario_text: SCENARIO_TEXT.into(),
+            lease_source: None,
+            stall_threshold_ms: None,
         }),
         &mut timed,
     );
