@@ -165,7 +165,7 @@ fn markdown_has_the_verdict_the_tables_and_the_counts_around_each_fault() {
     let first = md.lines().next().unwrap();
     assert_eq!(
         first,
-        "# ✅ synthetic-kill-and-pause: PASSED: 4 of 4 expectations held"
+        "# ✅ synthetic-kill-and-pause: PASSED: 5 of 5 expectations held"
     );
     for heading in [
         "## Expectations",
