@@ -104,9 +104,15 @@ pub fn summary_table(report: &Report) -> String {
     for e in &report.expectations {
         let actual = e.actual.map_or("null".to_string(), |a| format!("{a}"));
         let mark = if e.passed { "ok  " } else { "FAIL" };
+        // A named expectation also shows its metric, so a failure names what to look at.
+        let metric = if e.name.starts_with(&e.metric) {
+            String::new()
+        } else {
+            format!(" [{}]", e.metric)
+        };
         let _ = writeln!(
             out,
-            "  {mark} {:width$}  actual {actual} (threshold {} {})",
+            "  {mark} {:width$}  actual {actual} (threshold {} {}){metric}",
             e.name, e.op, e.threshold
         );
     }

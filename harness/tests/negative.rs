@@ -90,7 +90,7 @@ fn a_writer_past_its_lease_fails_on_late_writes() {
     failed_on(&report, "totals.late_writes");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
-        stdout.contains("FAIL") && stdout.contains("late_writes"),
+        stdout.contains("FAIL") && stdout.contains("[totals.late_writes]"),
         "{stdout}"
     );
     // Fencing still refused the zombie: the failure is the timeline's finding, not the sink's.
