@@ -38,6 +38,10 @@ const LEFT_UNSET: &[(&str, &str)] = &[
         "test-only zombie switch; must never reach a real deployment",
     ),
     (
+        "DEAD_LETTER_DIR",
+        "only with SINK_REJECT_POLICY=dead-letter, which needs a volume; the deployment halts",
+    ),
+    (
         "RUST_LOG",
         "optional log filter; the worker's default level suits CloudWatch",
     ),

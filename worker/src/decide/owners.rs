@@ -578,7 +578,7 @@ impl Supervision {
     /// A fleet signal read: its generation and the owners it names as draining.
     pub fn on_fleet_signal(&mut self, generation: u64, draining: Vec<String>) -> FleetRead {
         let first = self.fleet_generation.is_none();
-        let clear_own_mark = first && draining.iter().any(|o| *o == self.me);
+        let clear_own_mark = first && draining.contains(&self.me);
         let draining: HashSet<String> = draining.into_iter().filter(|o| *o != self.me).collect();
         let changed = self.fleet_generation != Some(generation) || self.draining_owners != draining;
         self.fleet_generation = Some(generation);

@@ -441,7 +441,7 @@ impl Runner {
                 self.core.fence(),
                 renewal.expires,
             )
-            .then(|| cur.checkpoint),
+            .then_some(cur.checkpoint),
             _ => None,
         };
         if let Some(stored) = superseded {
