@@ -50,6 +50,13 @@ const MANAGED_ENV: &[&str] = &[
     "ECS_CONTAINER_METADATA_URI_V4",
 ];
 
+/// Adds to a worker's environment as it is spawned: its link proxies, its clock. A run installs
+/// one only for the faults its scenario has, so a run without them pays nothing.
+pub trait SpawnHook: Send + Sync + std::fmt::Debug {
+    /// Extra environment for `worker` (set last, over everything else).
+    fn env(&self, worker: &str) -> anyhow::Result<Vec<(String, String)>>;
+}
+
 /// How a fleet starts its workers.
 #[derive(Debug, Clone)]
 pub struct FleetConfig {
@@ -63,6 +70,8 @@ pub struct FleetConfig {
     pub worker_env: BTreeMap<String, BTreeMap<String, String>>,
     /// Command-line arguments (none for `lease-worker`, which reads its environment).
     pub args: Vec<String>,
+    /// Environment added per worker at spawn (fault machinery).
+    pub hooks: Vec<Arc<dyn SpawnHook>>,
 }
 
 /// Where a worker is in its life.
@@ -178,6 +187,9 @@ impl Fleet {
             .envs(&self.config.env);
         if let Some(extra) = self.config.worker_env.get(&name) {
             cmd.envs(extra);
+        }
+        for hook in &self.config.hooks {
+            cmd.envs(hook.env(&name)?);
         }
         cmd.stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -438,6 +450,7 @@ mod tests {
                 env: BTreeMap::new(),
                 worker_env: BTreeMap::new(),
                 args: vec!["30".into()],
+                hooks: Vec::new(),
             },
             recorder,
         )

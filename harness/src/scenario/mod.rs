@@ -6,6 +6,7 @@
 //! typed faults, thresholds evaluated).
 
 mod expr;
+pub mod menu;
 pub mod raw;
 mod spans;
 
@@ -135,6 +136,8 @@ pub enum FaultAction {
         maximum_percent: u32,
         stop_timeout_ms: u64,
     },
+    /// A fault from the menu beyond signals: links, DynamoDB, clocks, upstream, sink.
+    Menu(menu::MenuAction),
 }
 
 impl FaultAction {
@@ -146,6 +149,7 @@ impl FaultAction {
             FaultAction::Terminate { .. } => "terminate",
             FaultAction::Start { .. } => "start",
             FaultAction::RollingDeploy { .. } => "rolling_deploy",
+            FaultAction::Menu(m) => m.name(),
         }
     }
 }
@@ -159,6 +163,8 @@ pub enum Target {
     Random,
     /// The running worker owning most streams at that instant.
     Busiest,
+    /// Every running worker (fault-menu actions only).
+    All,
 }
 
 impl fmt::Display for Target {
@@ -167,6 +173,7 @@ impl fmt::Display for Target {
             Target::Worker(n) => write!(f, "{}", worker_name(*n)),
             Target::Random => f.write_str("random"),
             Target::Busiest => f.write_str("busiest"),
+            Target::All => f.write_str("all"),
         }
     }
 }
@@ -271,10 +278,14 @@ impl Scenario {
 
     /// The stream ids of this scenario, `s-0001…`.
     pub fn stream_ids(&self) -> Vec<String> {
-        (1..=self.upstream.streams)
-            .map(|i| lease_protocol::stream_name(&self.upstream.stream_prefix, i))
-            .collect()
+        upstream_stream_ids(&self.upstream)
     }
+}
+
+fn upstream_stream_ids(upstream: &Upstream) -> Vec<String> {
+    (1..=upstream.streams)
+        .map(|i| lease_protocol::stream_name(&upstream.stream_prefix, i))
+        .collect()
 }
 
 fn vars(
@@ -395,7 +406,8 @@ impl Validator<'_> {
                 .positive_ms("run.settle_timeout_seconds", raw.run.settle_timeout_seconds)?,
             seed: raw.run.seed.unwrap_or(DEFAULT_SEED),
         };
-        let faults = self.faults(&raw.faults, &fleet, &run)?;
+        let stream_ids = upstream_stream_ids(&upstream);
+        let faults = self.faults(&raw.faults, &fleet, &run, &stream_ids)?;
         for name in fleet.worker_env.keys() {
             let n = parse_worker(name);
             let started = total_workers(&fleet, &faults);
@@ -519,6 +531,7 @@ impl Validator<'_> {
         raw: &[RawFault],
         fleet: &Fleet,
         run: &RunTimes,
+        streams: &[String],
     ) -> Result<Vec<Fault>, ScenarioError> {
         let mut faults = Vec::new();
         // Workers that exist by each fault's time: the initial fleet plus those started earlier.
@@ -557,6 +570,7 @@ impl Validator<'_> {
                     "maximum_percent",
                     "stop_timeout_seconds",
                 ],
+                other => menu::fields(other).unwrap_or(&[]),
             };
             let given = [
                 ("target", f.target.is_some()),
@@ -568,7 +582,9 @@ impl Validator<'_> {
                     f.minimum_healthy_percent.is_some(),
                 ),
                 ("maximum_percent", f.maximum_percent.is_some()),
-            ];
+            ]
+            .into_iter()
+            .chain(menu::given(f));
             for (name, present) in given {
                 if present && !allowed.contains(&name) {
                     return Err(self.err(
@@ -650,6 +666,7 @@ impl Validator<'_> {
                         stop_timeout_ms,
                     }
                 }
+                _ => FaultAction::Menu(self.menu(i, f, at_ms, existing[i], streams, run)?),
             };
             faults.push(Fault {
                 at_ms,
