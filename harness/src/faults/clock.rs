@@ -15,12 +15,14 @@ use std::sync::Mutex;
 
 use crate::fleet::SpawnHook;
 
-/// Where Debian and others install libfaketime.
+/// Where Debian and others install libfaketime; the thread-safe variant first (the worker is
+/// multi-threaded).
 const LIBFAKETIME_PATHS: &[&str] = &[
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
     "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
-    "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
-    "/usr/lib/faketime/libfaketime.so.1",
-    "/usr/local/lib/faketime/libfaketime.so.1",
+    "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+    "/usr/lib/faketime/libfaketimeMT.so.1",
+    "/usr/local/lib/faketime/libfaketimeMT.so.1",
 ];
 /// Overrides the search (a path to `libfaketime.so.1`).
 pub const LIBFAKETIME_ENV: &str = "HARNESS_LIBFAKETIME";

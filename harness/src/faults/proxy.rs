@@ -115,6 +115,25 @@ struct Conn {
     /// A DynamoDB response is to be dropped (unanswered): the connection is dead to the client.
     discard_inbound: AtomicBool,
     reset: Notify,
+    /// Set as a reset closes the connection: the write halves must not send a FIN first.
+    rst: AtomicBool,
+}
+
+/// A write half that, once its connection is being reset, is dropped without the shutdown
+/// (FIN) tokio's write half sends on drop, so that the close sends only the RST.
+struct Writer {
+    half: Option<OwnedWriteHalf>,
+    conn: Arc<Conn>,
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        if self.conn.rst.load(Ordering::Relaxed) {
+            if let Some(half) = self.half.take() {
+                half.forget();
+            }
+        }
+    }
 }
 
 struct Shared {
@@ -336,6 +355,7 @@ async fn serve(client: TcpStream, shared: Arc<Shared>) {
     tokio::select! {
         _ = &mut io => {}
         _ = conn.reset.notified() => {
+            conn.rst.store(true, Ordering::Relaxed);
             set_rst_on_close(fds.0);
             set_rst_on_close(fds.1);
         }
@@ -468,7 +488,14 @@ impl Side {
     }
 
     /// Writes the queue to the other socket, honouring delivery times, holds and bandwidth.
-    async fn write(self, mut from: mpsc::Receiver<Chunk>, mut to: OwnedWriteHalf) {
+    async fn write(self, mut from: mpsc::Receiver<Chunk>, to: OwnedWriteHalf) {
+        let mut writer = Writer {
+            half: Some(to),
+            conn: self.conn.clone(),
+        };
+        let Some(to) = writer.half.as_mut() else {
+            return;
+        };
         let mut effective = self.shared.effective.subscribe();
         while let Some(chunk) = from.recv().await {
             tokio::time::sleep_until(chunk.at).await;

@@ -40,15 +40,15 @@ fn one(fault: &str) -> MenuAction {
 
 #[track_caller]
 fn refused(fault: &str, field: &str, message_part: &str) {
-    let text = format!("{HEAD}\n{fault}");
     let err = parse(fault).expect_err("should be refused");
     assert_eq!(err.field, field, "field of {err}");
     assert!(err.message.contains(message_part), "message of {err}");
     let key = field.rsplit('.').next().unwrap();
-    let line = text
+    let head_lines = format!("{HEAD}\n").lines().count();
+    let line = fault
         .lines()
         .position(|l| l.starts_with(&format!("{key} =")))
-        .map(|i| i + 1);
+        .map(|i| head_lines + i + 1);
     if let Some(line) = line {
         assert_eq!(err.line, line, "line of {err}");
     }
