@@ -21,6 +21,10 @@ use harness::history::HistoryWriter;
 use harness::scenario::menu::{DdbError, DdbFault, DdbFaultKind, Direction, Link, LinkFault};
 
 const TABLE: &str = "websocket-leases";
+/// How long a faulted call waits before it gives up.
+const SHORT: Duration = Duration::from_millis(1500);
+/// How long a late write is held: well past SHORT.
+const HOLD: Duration = Duration::from_secs(4);
 
 /// A client through `endpoint` that gives up after `timeout` and never retries (as the worker).
 fn client(endpoint: &str, timeout: Duration) -> Client {
@@ -81,7 +85,12 @@ async fn sdk_calls_through_a_faulted_link_see_what_dynamodb_clients_see() {
     )
     .unwrap()[&Link::Dynamodb];
     let proxy = Proxy::start(server, true, 7).unwrap();
-    let via = client(&format!("http://{}", proxy.addr()), Duration::from_secs(1));
+    let url = format!("http://{}", proxy.addr());
+    // Unfaulted calls get a generous timeout (the machine may be loaded); faulted calls are
+    // expected to time out after SHORT, well before a late write lands (HOLD).
+    let via = client(&url, Duration::from_secs(15));
+    let short = client(&url, SHORT);
+    set_x(&direct, 0).await.unwrap();
     set_x(&via, 1).await.unwrap();
 
     // Throttled: the SDK parses DynamoDB's own error, code and status.
@@ -108,7 +117,7 @@ async fn sdk_calls_through_a_faulted_link_see_what_dynamodb_clients_see() {
 
     // Unanswered: applied, but the caller only sees a timeout.
     proxy.apply(1, ddb(DdbFaultKind::Unanswered, None));
-    let err = set_x(&via, 2).await.unwrap_err();
+    let err = set_x(&short, 2).await.unwrap_err();
     assert!(err.contains("Timeout") || err.contains("timeout"), "{err}");
     proxy.heal(1);
     assert_eq!(
@@ -117,13 +126,14 @@ async fn sdk_calls_through_a_faulted_link_see_what_dynamodb_clients_see() {
         "an unanswered write must still be applied"
     );
 
-    // Late apply: held 2 s, the caller gives up after 1 s, the write lands afterwards.
-    proxy.apply(2, ddb(DdbFaultKind::LateApply { hold_ms: 2000 }, None));
-    let err = set_x(&via, 3).await.unwrap_err();
+    // Late apply: held HOLD, the caller gives up after SHORT, the write lands afterwards.
+    let hold_ms = HOLD.as_millis() as u64;
+    proxy.apply(2, ddb(DdbFaultKind::LateApply { hold_ms }, None));
+    let err = set_x(&short, 3).await.unwrap_err();
     assert!(err.to_lowercase().contains("timeout"), "{err}");
     proxy.heal(2);
     assert_eq!(get_x(&direct).await, Some(2), "the late write landed early");
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    tokio::time::sleep(HOLD + Duration::from_secs(1)).await;
     assert_eq!(get_x(&direct).await, Some(3), "the late write never landed");
 
     // Partition: a timeout, not an error; after the heal, calls work again.
@@ -133,11 +143,11 @@ async fn sdk_calls_through_a_faulted_link_see_what_dynamodb_clients_see() {
             direction: Direction::Both,
         }),
     );
-    let fresh = client(&format!("http://{}", proxy.addr()), Duration::from_secs(1));
+    let fresh = client(&url, SHORT);
     let err = set_x(&fresh, 4).await.unwrap_err();
     assert!(err.to_lowercase().contains("timeout"), "{err}");
     proxy.heal(3);
-    let after = client(&format!("http://{}", proxy.addr()), Duration::from_secs(5));
+    let after = client(&url, Duration::from_secs(15));
     set_x(&after, 5).await.unwrap();
     let stats = proxy.stats();
     assert!(stats.picked >= 5, "{stats:?}");
