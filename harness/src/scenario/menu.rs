@@ -6,7 +6,8 @@
 use std::fmt;
 
 use super::raw::{RawAction, RawFault};
-use super::{parse_worker, RunTimes, ScenarioError, Target, Validator};
+use super::validate::Validator;
+use super::{parse_worker, RunTimes, ScenarioError, Target};
 
 /// One of a worker's three network links (design §10 `link`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
