@@ -39,7 +39,7 @@ pub fn escape(text: &str) -> String {
     out
 }
 
-const STYLE: &str = r#"
+pub const STYLE: &str = r#"
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1160px; padding: 16px 24px 48px; color: #1b1b1b; }
 h1 { font-size: 1.6rem; margin: 8px 0; }
 h2 { font-size: 1.2rem; margin-top: 32px; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
@@ -107,7 +107,7 @@ const CHECK_SCRIPT: &str = r#"
 })();
 "#;
 
-fn table(out: &mut String, t: &Table) {
+pub(super) fn table(out: &mut String, t: &Table) {
     let _ = writeln!(out, "<section id=\"{}\">", t.id);
     let _ = writeln!(out, "<h2>{}</h2>", escape(&t.title));
     if let Some(intro) = &t.intro {

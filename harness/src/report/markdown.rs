@@ -71,7 +71,7 @@ fn cell(c: &Cell) -> String {
     }
 }
 
-fn table(out: &mut String, t: &Table) {
+pub(super) fn table(out: &mut String, t: &Table) {
     let _ = writeln!(out, "## {}\n", escape(&t.title));
     if let Some(intro) = &t.intro {
         let _ = writeln!(out, "{}\n", escape(intro));

@@ -22,7 +22,19 @@ use anyhow::Context;
 use crate::history::{self, Record};
 use crate::report_json::Report;
 
+pub use html::{escape as html_escape, STYLE as HTML_STYLE};
 pub use markdown::verdict_line;
+pub use tables::{Cell, Table};
+
+/// One table as `report.md` writes it (for other documents built from the same model).
+pub fn table_markdown(out: &mut String, table: &Table) {
+    markdown::table(out, table)
+}
+
+/// One table as `report.html` writes it.
+pub fn table_html(out: &mut String, table: &Table) {
+    html::table(out, table)
+}
 pub use progress::{phase_label, Counters, LogWriter, Progress, PLAIN_INTERVAL};
 pub use view::{RunView, MAX_TIMELINE_ROWS};
 
