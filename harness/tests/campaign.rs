@@ -27,8 +27,7 @@ fn campaign(out: &Path, extra: &[&str]) -> Output {
 }
 
 fn json(path: &Path) -> serde_json::Value {
-    let text = std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap()
 }
 
@@ -39,18 +38,20 @@ fn a_small_campaign_on_a_healthy_worker_passes() {
     let out = dir.path().join("campaign");
     let output = campaign(
         &out,
-        &["--runs", "4", "--seed", "7", "--duration-seconds", "10"],
+        &["--runs", "3", "--seed", "7", "--duration-seconds", "10"],
     );
     assert_exit(&output, 0);
     let summary = json(&out.join("campaign.json"));
-    assert_eq!(summary["runs"], 4);
+    assert_eq!(summary["runs"], 3);
     assert_eq!(summary["violations"], 0);
     assert!(summary["failed"].as_array().unwrap().is_empty());
-    assert!(summary["by_fault"].as_object().is_some_and(|m| !m.is_empty()));
+    assert!(summary["by_fault"]
+        .as_object()
+        .is_some_and(|m| !m.is_empty()));
     for file in ["campaign.md", "campaign.html"] {
         assert!(out.join(file).is_file(), "{file}");
     }
-    for run in 0..4 {
+    for run in 0..3 {
         let run_dir = out.join(format!("runs/{run:03}"));
         for kept in ["scenario.toml", "report.json", "history.jsonl"] {
             assert!(run_dir.join(kept).is_file(), "{}/{kept}", run_dir.display());
@@ -97,7 +98,11 @@ fn a_broken_worker_fails_shrinks_to_one_fault_and_replays() {
     assert_eq!(failed["dir"], "runs/000");
     let reasons = failed["reasons"].to_string();
     assert!(reasons.contains("stale_accepted"), "{reasons}");
-    assert_eq!(failed["shrunk_faults"].as_array().unwrap().len(), 1, "{failed}");
+    assert_eq!(
+        failed["shrunk_faults"].as_array().unwrap().len(),
+        1,
+        "{failed}"
+    );
     let shrunk = out.join(failed["shrunk_scenario"].as_str().unwrap());
     let check = harness().arg("validate").arg(&shrunk).output().unwrap();
     assert_exit(&check, 0);

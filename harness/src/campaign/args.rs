@@ -109,7 +109,10 @@ pub struct CampaignArgs {
 }
 
 /// `2-5` → (2, 5); `3` → (3, 3).
-fn range<T: std::str::FromStr + PartialOrd + Copy>(flag: &str, text: &str) -> Result<(T, T), String> {
+fn range<T: std::str::FromStr + PartialOrd + Copy>(
+    flag: &str,
+    text: &str,
+) -> Result<(T, T), String> {
     let bad = || format!("--{flag} {text:?}: expected MIN-MAX (e.g. 1-3) or one number");
     let (lo, hi) = match text.split_once('-') {
         Some((lo, hi)) => (lo.trim(), hi.trim()),
@@ -125,7 +128,9 @@ fn range<T: std::str::FromStr + PartialOrd + Copy>(flag: &str, text: &str) -> Re
 
 fn ms(flag: &str, seconds: f64) -> Result<u64, String> {
     if !seconds.is_finite() || seconds <= 0.0 {
-        return Err(format!("--{flag} {seconds}: must be a positive number of seconds"));
+        return Err(format!(
+            "--{flag} {seconds}: must be a positive number of seconds"
+        ));
     }
     Ok((seconds * 1000.0).round() as u64)
 }

@@ -168,7 +168,10 @@ pub fn parse_list(list: &str) -> Result<Vec<&'static FaultKind>, String> {
     let mut kinds = Vec::new();
     for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
         let k = kind(name).ok_or_else(|| {
-            format!("unknown fault kind {name:?}: the harness supports {}", names())
+            format!(
+                "unknown fault kind {name:?}: the harness supports {}",
+                names()
+            )
         })?;
         if !kinds.iter().any(|have: &&FaultKind| have.name == k.name) {
             kinds.push(k);

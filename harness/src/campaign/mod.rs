@@ -135,7 +135,10 @@ async fn campaign(args: &CampaignArgs) -> Result<u8, String> {
 
 /// Writes campaign.json, campaign.md and campaign.html into `dir`.
 pub fn write(dir: &Path, summary: &summary::Campaign) -> anyhow::Result<()> {
-    std::fs::write(dir.join(JSON_FILE), serde_json::to_string_pretty(summary)? + "\n")?;
+    std::fs::write(
+        dir.join(JSON_FILE),
+        serde_json::to_string_pretty(summary)? + "\n",
+    )?;
     std::fs::write(dir.join(MARKDOWN_FILE), render::markdown(summary))?;
     std::fs::write(dir.join(HTML_FILE), render::html(summary)?)?;
     Ok(())

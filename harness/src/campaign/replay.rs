@@ -117,7 +117,10 @@ pub fn report(original_dir: &Path, replay_dir: &Path) -> bool {
         );
         true
     } else {
-        eprintln!("replay: the schedule differs from {}:", original_dir.display());
+        eprintln!(
+            "replay: the schedule differs from {}:",
+            original_dir.display()
+        );
         for d in &c.differences {
             eprintln!("  {d}");
         }
@@ -140,7 +143,10 @@ mod tests {
         let s = steps(HISTORY);
         assert_eq!(s.len(), 2);
         assert_eq!(s[0].offset_ms, 2000);
-        assert_eq!((s[1].action.as_str(), s[1].target.as_str()), ("resume", "worker-2"));
+        assert_eq!(
+            (s[1].action.as_str(), s[1].target.as_str()),
+            ("resume", "worker-2")
+        );
     }
 
     #[test]

@@ -63,9 +63,16 @@ impl Runner {
                 "campaign: run {:>3}/{} [{}]",
                 run + 1,
                 self.runs,
-                if faults.is_empty() { "no fault".into() } else { faults.join("; ") }
+                if faults.is_empty() {
+                    "no fault".into()
+                } else {
+                    faults.join("; ")
+                }
             );
-            let Some(outcome) = self.one(&schedule, &dir, &format!("campaign-{run:03}")).await? else {
+            let Some(outcome) = self
+                .one(&schedule, &dir, &format!("campaign-{run:03}"))
+                .await?
+            else {
                 break; // stopped by a second signal: the run is incomplete, not counted
             };
             if outcome.passed {
@@ -120,7 +127,12 @@ impl Runner {
 
     /// Runs `schedule` in `DIR/rel` on table `table` and judges it; None when a second signal
     /// stopped it.
-    async fn one(&self, schedule: &Schedule, rel: &str, table: &str) -> Result<Option<RunOutcome>, RunError> {
+    async fn one(
+        &self,
+        schedule: &Schedule,
+        rel: &str,
+        table: &str,
+    ) -> Result<Option<RunOutcome>, RunError> {
         let dir = self.out.join(rel);
         std::fs::create_dir_all(&dir)
             .map_err(|e| RunError::Invalid(format!("cannot create {}: {e}", dir.display())))?;
@@ -169,11 +181,13 @@ impl Runner {
         let empty = Value::Null;
         let r = report.as_ref().unwrap_or(&empty);
         let (injected, caused_takeovers) = summary::fault_effects(r);
+        let kinds: Vec<String> = schedule.faults.iter().map(|f| f.kind.to_string()).collect();
         Ok(Some(RunOutcome {
             run: schedule.run,
             seed: schedule.seed,
             dir: rel.to_string(),
-            faults: schedule.faults.iter().map(|f| f.kind.to_string()).collect(),
+            takeover_ms_by_kind: summary::takeovers_by_kind(r, &kinds),
+            faults: kinds,
             injected,
             caused_takeovers,
             passed: reasons.is_empty(),
@@ -189,7 +203,11 @@ impl Runner {
 
     /// Removes what a passing run does not keep.
     fn prune(&self, dir: &Path) {
-        let keep = if self.keep_history { KEEP_HISTORY } else { KEEP_REPORTS };
+        let keep = if self.keep_history {
+            KEEP_HISTORY
+        } else {
+            KEEP_REPORTS
+        };
         let Ok(entries) = std::fs::read_dir(dir) else {
             return;
         };
@@ -210,7 +228,10 @@ impl Runner {
     /// Shrinks a failed run: the smallest schedule found that still fails for one of the same
     /// reasons, written as `runs/NNN/shrunk.toml`. Returns its path (relative), its faults and
     /// the runs spent.
-    async fn shrink(&self, failed: &RunOutcome) -> Result<(Option<String>, Vec<String>, usize), RunError> {
+    async fn shrink(
+        &self,
+        failed: &RunOutcome,
+    ) -> Result<(Option<String>, Vec<String>, usize), RunError> {
         let mut current = generate(&self.config, failed.run);
         let mut keys = failed.reason_keys.clone();
         let mut spent = 0;
@@ -235,7 +256,11 @@ impl Runner {
                 eprintln!(
                     "campaign:   try {spent:>2}: {} → {}",
                     describe(&candidate),
-                    if still { "still fails: kept" } else { "passes (or fails otherwise)" }
+                    if still {
+                        "still fails: kept"
+                    } else {
+                        "passes (or fails otherwise)"
+                    }
                 );
                 if still {
                     current = candidate;
@@ -267,8 +292,17 @@ impl Runner {
         let path = self.out.join(&rel);
         std::fs::write(&path, format!("{header}{}", shrunk.to_toml()))
             .map_err(|e| RunError::Invalid(format!("cannot write {}: {e}", path.display())))?;
-        eprintln!("campaign: run {:03} shrunk to {}: {}", failed.run, path.display(), describe(&shrunk));
-        Ok((Some(rel), shrunk.faults.iter().map(|f| f.describe()).collect(), spent))
+        eprintln!(
+            "campaign: run {:03} shrunk to {}: {}",
+            failed.run,
+            path.display(),
+            describe(&shrunk)
+        );
+        Ok((
+            Some(rel),
+            shrunk.faults.iter().map(|f| f.describe()).collect(),
+            spent,
+        ))
     }
 }
 
@@ -276,5 +310,9 @@ fn describe(s: &Schedule) -> String {
     if s.faults.is_empty() {
         return "no fault".into();
     }
-    s.faults.iter().map(|f| f.describe()).collect::<Vec<_>>().join("; ")
+    s.faults
+        .iter()
+        .map(|f| f.describe())
+        .collect::<Vec<_>>()
+        .join("; ")
 }

@@ -122,7 +122,11 @@ pub fn generate(config: &GenConfig, run: u32) -> Schedule {
             match kind.duration_field {
                 Some(field) if room >= config.bounds.window_ms.0.max(100) => {
                     drawn.window_ms = room;
-                    set_field(&mut drawn.fields, field, Field::Seconds(kinds::seconds(room)));
+                    set_field(
+                        &mut drawn.fields,
+                        field,
+                        Field::Seconds(kinds::seconds(room)),
+                    );
                 }
                 _ => continue,
             }
@@ -231,7 +235,9 @@ impl FleetModel {
                 self.alive.retain(|w| *w != t);
                 self.active.push((t, end));
             }
-            Effect::Holds => self.active.push((f.target.clone().unwrap_or_default(), end)),
+            Effect::Holds => self
+                .active
+                .push((f.target.clone().unwrap_or_default(), end)),
             Effect::Adds => {
                 let count = f
                     .fields
@@ -301,9 +307,17 @@ impl Schedule {
         let _ = writeln!(t, "description = {}", q(&description));
         let _ = writeln!(t, "\n[lease]");
         let _ = writeln!(t, "seconds = {}", Field::Seconds(s(c.lease_ms)).toml());
-        let _ = writeln!(t, "renew_seconds = {}", Field::Seconds(s(c.renew_ms)).toml());
+        let _ = writeln!(
+            t,
+            "renew_seconds = {}",
+            Field::Seconds(s(c.renew_ms)).toml()
+        );
         let _ = writeln!(t, "\n[fleet]\nworkers = {}", c.workers);
-        let _ = writeln!(t, "drain_seconds = {}", Field::Seconds(s(c.drain_ms)).toml());
+        let _ = writeln!(
+            t,
+            "drain_seconds = {}",
+            Field::Seconds(s(c.drain_ms)).toml()
+        );
         if !c.env.is_empty() {
             let _ = writeln!(t, "\n[fleet.env]");
             for (k, v) in &c.env {
@@ -316,8 +330,16 @@ impl Schedule {
             let _ = writeln!(t, "\n[sink]\nfencing = false");
         }
         let _ = writeln!(t, "\n[run]");
-        let _ = writeln!(t, "warmup_seconds = {}", Field::Seconds(s(c.warmup_ms)).toml());
-        let _ = writeln!(t, "duration_seconds = {}", Field::Seconds(s(c.duration_ms)).toml());
+        let _ = writeln!(
+            t,
+            "warmup_seconds = {}",
+            Field::Seconds(s(c.warmup_ms)).toml()
+        );
+        let _ = writeln!(
+            t,
+            "duration_seconds = {}",
+            Field::Seconds(s(c.duration_ms)).toml()
+        );
         let _ = writeln!(
             t,
             "settle_timeout_seconds = {}",

@@ -63,11 +63,7 @@ mod tests {
             for cand in candidates(&s) {
                 let removed = cand.faults.len() + 1 == s.faults.len();
                 let shorter = cand.faults.len() == s.faults.len()
-                    && cand
-                        .faults
-                        .iter()
-                        .map(|f| f.window_ms)
-                        .sum::<u64>()
+                    && cand.faults.iter().map(|f| f.window_ms).sum::<u64>()
                         < s.faults.iter().map(|f| f.window_ms).sum::<u64>();
                 assert!(removed || shorter, "{cand:?}");
                 assert!(check_targets(cand.config.workers, &cand.faults));

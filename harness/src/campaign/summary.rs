@@ -36,6 +36,8 @@ pub struct RunOutcome {
     /// a candidate only when it fails for one of the same kinds.
     pub reason_keys: Vec<String>,
     pub takeover_ms: Vec<u64>,
+    /// The same, by the kind of the fault that caused each.
+    pub takeover_ms_by_kind: BTreeMap<String, Vec<u64>>,
     pub max_stall_ms: Option<u64>,
     /// Wall time of the whole run, provisioning of its table to the last report file.
     pub wall_ms: u64,
@@ -57,7 +59,9 @@ pub fn judge(report: &Value, takeover_bound_ms: u64) -> (Vec<String>, Vec<String
     }
     for e in report["expectations"].as_array().into_iter().flatten() {
         if e["passed"].as_bool() == Some(false) {
-            let actual = e["actual"].as_f64().map_or("null".into(), |a| a.to_string());
+            let actual = e["actual"]
+                .as_f64()
+                .map_or("null".into(), |a| a.to_string());
             reasons.push(format!(
                 "{}: actual {actual}, expected {} {}",
                 e["metric"].as_str().unwrap_or("?"),
@@ -71,7 +75,11 @@ pub fn judge(report: &Value, takeover_bound_ms: u64) -> (Vec<String>, Vec<String
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|t| t["takeover_ms"].as_u64().is_some_and(|ms| ms > takeover_bound_ms))
+        .filter(|t| {
+            t["takeover_ms"]
+                .as_u64()
+                .is_some_and(|ms| ms > takeover_bound_ms)
+        })
         .collect();
     if let Some(worst) = slow.iter().max_by_key(|t| t["takeover_ms"].as_u64()) {
         reasons.push(format!(
@@ -95,6 +103,20 @@ pub fn takeover_samples(report: &Value) -> Vec<u64> {
         .flatten()
         .filter_map(|t| t["takeover_ms"].as_u64())
         .collect()
+}
+
+/// Fault-caused takeover times by the kind of the causing fault (`kinds[fault index]`).
+pub fn takeovers_by_kind(report: &Value, kinds: &[String]) -> BTreeMap<String, Vec<u64>> {
+    let mut by = BTreeMap::<String, Vec<u64>>::new();
+    for t in report["takeovers"].as_array().into_iter().flatten() {
+        let (Some(ms), Some(i)) = (t["takeover_ms"].as_u64(), t["fault"].as_u64()) else {
+            continue;
+        };
+        if let Some(kind) = kinds.get(i as usize) {
+            by.entry(kind.clone()).or_default().push(ms);
+        }
+    }
+    by
 }
 
 /// `totals.max_stall_ms`, when the report has it.
@@ -155,7 +177,7 @@ pub struct ByFault {
     pub scheduled: usize,
     pub injected: usize,
     pub caused_takeovers: usize,
-    /// Fault-caused takeover times in runs holding this kind.
+    /// Takeover times this kind caused.
     pub takeover_ms: Percentiles,
     pub max_stall_ms: Percentiles,
     /// Seeds of its violating runs (the scenario seed; `run` replays the same).
@@ -208,7 +230,7 @@ pub fn summarise(outcomes: &[RunOutcome], failed: Vec<Failed>) -> Campaign {
                 entry.violations += 1;
                 entry.violation_runs.push(o.run);
             }
-            takeovers.extend(&o.takeover_ms);
+            takeovers.extend(o.takeover_ms_by_kind.get(kind).into_iter().flatten());
             stalls.extend(o.max_stall_ms);
         }
         for (i, kind) in o.faults.iter().enumerate() {
@@ -226,7 +248,8 @@ pub fn summarise(outcomes: &[RunOutcome], failed: Vec<Failed>) -> Campaign {
             (kind, entry)
         })
         .collect();
-    let all = |f: fn(&RunOutcome) -> Vec<u64>| -> Vec<u64> { outcomes.iter().flat_map(f).collect() };
+    let all =
+        |f: fn(&RunOutcome) -> Vec<u64>| -> Vec<u64> { outcomes.iter().flat_map(f).collect() };
     let mut slowest: Vec<Slow> = outcomes
         .iter()
         .map(|o| Slow {

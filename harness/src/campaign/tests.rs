@@ -3,8 +3,8 @@ use std::path::Path;
 use proptest::prelude::*;
 
 use super::kinds::{self, KINDS};
-use super::tests_support::config_with as config;
 use super::schedule::{check_targets, generate};
+use super::tests_support::config_with as config;
 use crate::scenario::Scenario;
 
 fn kinds_strategy() -> impl Strategy<Value = Vec<&'static kinds::FaultKind>> {
@@ -91,7 +91,10 @@ fn no_worker_is_targeted_after_it_was_killed() {
 #[test]
 fn unknown_fault_kinds_are_refused_with_the_known_ones() {
     let err = kinds::parse_list("kill,explode").unwrap_err();
-    assert!(err.contains("\"explode\"") && err.contains("rolling_deploy"), "{err}");
+    assert!(
+        err.contains("\"explode\"") && err.contains("rolling_deploy"),
+        "{err}"
+    );
     assert_eq!(kinds::parse_list("kill, pause,kill").unwrap().len(), 2);
     assert!(kinds::parse_list(" , ").is_err());
 }

@@ -35,4 +35,3 @@ pub fn config_with(seed: u64, kinds: Vec<&'static kinds::FaultKind>) -> GenConfi
         expect: super::default_expect(),
     }
 }
-
