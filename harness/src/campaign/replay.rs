@@ -1,6 +1,6 @@
 //! `harness run --replay RUN_DIR`: the run directory's `scenario.toml` is run again, and the
-//! actions it injected are compared with the original run's `history.jsonl` — same actions, in
-//! the same order, on the same targets, at the same offsets from the end of the warm-up (real
+//! actions it injected are compared with the original run's `history.jsonl` — the same actions
+//! for each scheduled fault, in its order, on the same targets, at the same offsets from the end of the warm-up (real
 //! time drifts by scheduling: the largest drift is reported, not judged).
 
 use std::path::{Path, PathBuf};
@@ -68,8 +68,16 @@ pub struct Comparison {
     pub max_drift_ms: i64,
 }
 
-/// Compares two runs' actions step by step.
+/// Compares two runs' actions fault by fault: each scheduled fault's actions, in its own order,
+/// on the same targets. (Two faults' actions a few ms apart may interleave differently from one
+/// run to the next; that is timing, not a different schedule.)
 pub fn compare(original: &[Step], replay: &[Step]) -> Comparison {
+    let by_fault = |steps: &[Step]| {
+        let mut s = steps.to_vec();
+        s.sort_by_key(|s| s.fault); // stable: each fault's actions keep their order
+        s
+    };
+    let (original, replay) = (&by_fault(original)[..], &by_fault(replay)[..]);
     let mut differences = Vec::new();
     if original.len() != replay.len() {
         differences.push(format!(
@@ -110,7 +118,7 @@ pub fn report(original_dir: &Path, replay_dir: &Path) -> bool {
     let c = compare(&steps(&a), &steps(&b));
     if c.differences.is_empty() {
         eprintln!(
-            "replay: the same schedule as {}: {} actions, same order and targets, offsets within {} ms",
+            "replay: the same schedule as {}: {} actions, same faults, actions and targets, offsets within {} ms",
             original_dir.display(),
             c.actions,
             c.max_drift_ms
@@ -160,5 +168,26 @@ mod tests {
         b[1].target = "worker-3".into();
         assert_eq!(compare(&a, &b).differences.len(), 1);
         assert_eq!(compare(&a, &b[..1]).differences.len(), 1);
+    }
+
+    #[test]
+    fn two_faults_ending_together_may_interleave_either_way() {
+        let step = |fault, action: &str, target: &str, offset_ms| Step {
+            fault,
+            action: action.into(),
+            target: target.into(),
+            offset_ms,
+        };
+        let a = [
+            step(0, "pause", "worker-1", 100),
+            step(1, "pause", "worker-3", 200),
+            step(0, "resume", "worker-1", 5000),
+            step(1, "resume", "worker-3", 5001),
+        ];
+        let b = [a[0].clone(), a[1].clone(), a[3].clone(), a[2].clone()];
+        assert!(compare(&a, &b).differences.is_empty());
+        let mut c = b.clone();
+        c[2].target = "worker-2".into();
+        assert_eq!(compare(&a, &c).differences.len(), 1);
     }
 }

@@ -111,11 +111,16 @@ pub fn generate(config: &GenConfig, run: u32) -> Schedule {
         let kind = config.kinds[rng.random_range(0..config.kinds.len())];
         let mut drawn = (kind.draw)(&mut rng, &config.bounds);
         let mut at = at.max(cursor);
+        let end_limit = config.duration_ms.saturating_sub(TAIL_MS / 2);
+        // A window that would outlive the run starts earlier, if that keeps the order.
+        let latest = end_limit.saturating_sub(drawn.window_ms) / 100 * 100;
+        if at > latest && latest >= cursor.max(FIRST_FAULT_MS) {
+            at = latest;
+        }
         // Too many at once: start when the earliest active one ends.
         if let Some(end) = fleet.overlap_slot(at, config.max_overlap) {
             at = end.div_ceil(100) * 100;
         }
-        let end_limit = config.duration_ms.saturating_sub(TAIL_MS / 2);
         if at + drawn.window_ms > end_limit {
             // Shorten a window that would outlive the run; drop the fault if nothing is left.
             let room = end_limit.saturating_sub(at) / 100 * 100;

@@ -98,3 +98,20 @@ fn unknown_fault_kinds_are_refused_with_the_known_ones() {
     assert_eq!(kinds::parse_list("kill, pause,kill").unwrap().len(), 2);
     assert!(kinds::parse_list(" , ").is_err());
 }
+
+#[test]
+fn long_windows_move_earlier_rather_than_vanish() {
+    // Pauses of 4–5 s in a 12 s run: a late draw starts earlier instead of being dropped.
+    let mut c = config(3, vec![kinds::kind("pause").unwrap()]);
+    c.faults = (2, 2);
+    c.bounds.window_ms = (4_000, 5_000);
+    c.duration_ms = 12_000;
+    let placed: usize = (0..50).map(|run| generate(&c, run).faults.len()).sum();
+    assert!(placed >= 90, "only {placed} of 100 pauses placed");
+    assert_eq!(
+        generate(&c, 0).faults.len(),
+        2,
+        "{:?}",
+        generate(&c, 0).faults
+    );
+}
