@@ -123,7 +123,7 @@ fn a_kill_scenario_passes_and_leaves_no_process_behind() {
 
     // The report is recomputable from the history alone, and the rendered files from the
     // history and report.json.
-    let recomputed = harness::run::analyse_file(&out.join("history.jsonl")).unwrap();
+    let recomputed = harness::analysis::analyse_file(&out.join("history.jsonl")).unwrap();
     assert_eq!(
         serde_json::to_value(&recomputed.totals).unwrap(),
         report["totals"]

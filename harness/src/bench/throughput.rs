@@ -226,7 +226,7 @@ async fn measure(
         let produced0 = lab.upstream.events_produced();
         let accepted0 = lab.sink.accepted();
         let (worker_cpu0, _) = fleet_usage(&lab);
-        let (harness_cpu0, _) = crate::run::self_usage();
+        let (harness_cpu0, _) = crate::usage::self_usage();
         let machine0 = metrics::machine_busy_ms();
         let started = Instant::now();
         tokio::time::sleep(Duration::from_millis(options.step_ms)).await;
@@ -234,7 +234,7 @@ async fn measure(
         let produced = lab.upstream.events_produced() - produced0;
         let accepted = lab.sink.accepted() - accepted0;
         let (worker_cpu1, rss) = fleet_usage(&lab);
-        let (harness_cpu1, _) = crate::run::self_usage();
+        let (harness_cpu1, _) = crate::usage::self_usage();
         let machine1 = metrics::machine_busy_ms();
         let seconds = window_ms as f64 / 1000.0;
         let worker_cores = (worker_cpu1.saturating_sub(worker_cpu0)) as f64 / window_ms as f64;

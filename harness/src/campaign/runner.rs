@@ -153,10 +153,10 @@ impl Runner {
             let _ = signals.wait_for(|n| *n >= 2).await;
         };
         let started = Instant::now();
-        let cpu_before = crate::run::self_usage().0;
+        let cpu_before = crate::usage::self_usage().0;
         let result = crate::run::run(&options, second).await;
         let wall_ms = started.elapsed().as_millis() as u64;
-        let harness_cpu_ms = crate::run::self_usage().0.saturating_sub(cpu_before);
+        let harness_cpu_ms = crate::usage::self_usage().0.saturating_sub(cpu_before);
         let _ = self.client.delete_table().table_name(table).send().await;
         if *self.signals.borrow() >= 2 {
             return Ok(None);

@@ -65,6 +65,14 @@ pub struct Paths {
     pub passed: bool,
 }
 
+/// Writes `report.json` into `dir`, then renders report.md, report.html and junit.xml from it
+/// and the history.
+pub fn write_reports(dir: &Path, report: &Report) -> anyhow::Result<()> {
+    report.write(&dir.join(REPORT_FILE))?;
+    render_all(dir)?;
+    Ok(())
+}
+
 /// Renders the three documents from a history's records and its report.
 pub fn render(
     records: impl IntoIterator<Item = Record>,
