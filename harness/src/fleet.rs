@@ -14,6 +14,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lease_protocol::settings;
 use tokio::process::Command;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -25,8 +26,7 @@ mod binary;
 mod config;
 
 pub use binary::{resolve_worker_bin, versions, HARNESS_VERSION};
-use config::MANAGED_ENV;
-pub use config::{FleetConfig, WorkerEnv};
+pub use config::{managed_env, FleetConfig, WorkerEnv};
 
 /// Where a worker is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,12 +106,12 @@ impl Fleet {
             .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", log_path.display()))?;
         let mut cmd = Command::new(&self.config.bin);
         cmd.args(&self.config.args);
-        for var in MANAGED_ENV {
+        for var in managed_env() {
             cmd.env_remove(var);
         }
-        cmd.env("OWNER_ID", &name)
-            .env("METRICS_ADDR", "127.0.0.1:0")
-            .env("METRICS_ADDR_FILE", &addr_file)
+        cmd.env(settings::OWNER_ID, &name)
+            .env(settings::METRICS_ADDR, "127.0.0.1:0")
+            .env(settings::METRICS_ADDR_FILE, &addr_file)
             .envs(&self.config.env);
         if let Some(extra) = self.config.worker_env.get(&name) {
             cmd.envs(extra);

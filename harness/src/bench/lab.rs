@@ -9,6 +9,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
+use lease_protocol::settings;
 use lease_table::LeaseItem;
 use tokio::time::Instant;
 
@@ -117,9 +118,9 @@ impl Lab {
             dynamodb_endpoint: endpoint.to_string(),
         }
         .env();
-        env.insert("LOG_FORMAT".to_string(), "json".to_string());
+        env.insert(settings::LOG_FORMAT.to_string(), "json".to_string());
         if let Some(mode) = &spec.mode {
-            env.insert("ACQUIRE_MODE".into(), mode.clone());
+            env.insert(settings::ACQUIRE_MODE.into(), mode.clone());
         }
         env.extend(spec.env.clone());
         let fleet = Fleet::new(

@@ -177,7 +177,7 @@ pub fn markdown(c: &Campaign) -> String {
     let _ = writeln!(out, "# {mark} campaign: {}\n", headline(c));
     let _ = writeln!(out, "`{}`\n", c.command);
     for t in tables(c) {
-        crate::report::table_markdown(&mut out, &t);
+        out.push_str(&crate::report::table_markdown(&t));
     }
     let _ = writeln!(
         out,
@@ -211,7 +211,7 @@ pub fn html(c: &Campaign) -> anyhow::Result<String> {
         "<figure data-chart=\"takeover-cdf\"><figcaption><b>Takeover time by fault kind</b> — share of the takeovers a kind caused (y) done within x ms, over every run.</figcaption>{chart}</figure>"
     );
     for t in tables(c) {
-        crate::report::table_html(&mut out, &t);
+        out.push_str(&crate::report::table_html(&t));
     }
     out.push_str("</body></html>\n");
     Ok(out)

@@ -6,36 +6,26 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use lease_protocol::settings;
+
 use crate::scenario::Scenario;
 
-/// Worker settings the harness always sets itself; inherited values are removed first so the
-/// caller's shell cannot change a run.
-pub(super) const MANAGED_ENV: &[&str] = &[
-    "LEASE_TABLE",
-    "OWNER_ID",
-    "LEASE_SECONDS",
-    "RENEW_SECONDS",
-    "UPSTREAM_URL",
-    "SINK_URL",
-    "MAX_STREAMS",
-    "AWS_REGION",
-    "AWS_ENDPOINT_URL",
+/// AWS SDK variables the harness replaces: a run talks to DynamoDB Local with local
+/// credentials, never with the caller's profile or session.
+const AWS_CREDENTIALS: &[&str] = &[
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
     "AWS_PROFILE",
-    "METRICS_ADDR",
-    "METRICS_ADDR_FILE",
-    "DRAIN_SECONDS",
-    "SKEW_MARGIN_MS",
-    "SCAN_SECONDS",
-    "ACQUIRE_MODE",
-    "CHAOS_SKIP_DEADLINE_CHECK",
-    "LOG_FORMAT",
-    "BATCH_MAX_EVENTS",
-    "BATCH_MAX_DELAY_MS",
-    "ECS_CONTAINER_METADATA_URI_V4",
 ];
+
+/// Every variable removed from a worker's inherited environment before the run's own are set,
+/// so the caller's shell cannot change a run: each worker setting
+/// ([`lease_protocol::settings::ALL`], so a new setting is covered without touching this list)
+/// and the AWS credentials.
+pub fn managed_env() -> impl Iterator<Item = &'static str> {
+    settings::ALL.iter().chain(AWS_CREDENTIALS).copied()
+}
 
 /// How a fleet starts its workers.
 #[derive(Debug, Clone)]
@@ -64,16 +54,16 @@ impl FleetConfig {
         let fleet = &scenario.fleet;
         let mut env = base.env();
         if let Some(max) = fleet.max_streams {
-            env.insert("MAX_STREAMS".into(), max.to_string());
+            env.insert(settings::MAX_STREAMS.into(), max.to_string());
         }
         if let Some(ms) = fleet.drain_ms {
-            env.insert("DRAIN_SECONDS".into(), seconds(ms));
+            env.insert(settings::DRAIN_SECONDS.into(), seconds(ms));
         }
         if let Some(ms) = fleet.scan_ms {
-            env.insert("SCAN_SECONDS".into(), seconds(ms));
+            env.insert(settings::SCAN_SECONDS.into(), seconds(ms));
         }
         if let Some(mode) = &fleet.acquire_mode {
-            env.insert("ACQUIRE_MODE".into(), mode.clone());
+            env.insert(settings::ACQUIRE_MODE.into(), mode.clone());
         }
         env.extend(fleet.env.clone());
         FleetConfig {
@@ -103,22 +93,25 @@ impl WorkerEnv {
     /// The environment variables, by name.
     pub fn env(&self) -> BTreeMap<String, String> {
         BTreeMap::from([
-            ("LEASE_TABLE".to_string(), self.table.clone()),
-            ("LEASE_SECONDS".to_string(), seconds(self.lease_ms)),
-            ("RENEW_SECONDS".to_string(), seconds(self.renew_ms)),
+            (settings::LEASE_TABLE.to_string(), self.table.clone()),
+            (settings::LEASE_SECONDS.to_string(), seconds(self.lease_ms)),
+            (settings::RENEW_SECONDS.to_string(), seconds(self.renew_ms)),
             (
-                "SKEW_MARGIN_MS".to_string(),
+                settings::SKEW_MARGIN_MS.to_string(),
                 self.skew_margin_ms.to_string(),
             ),
-            ("UPSTREAM_URL".to_string(), self.upstream_url.clone()),
-            ("SINK_URL".to_string(), self.sink_url.clone()),
             (
-                "AWS_ENDPOINT_URL".to_string(),
+                settings::UPSTREAM_URL.to_string(),
+                self.upstream_url.clone(),
+            ),
+            (settings::SINK_URL.to_string(), self.sink_url.clone()),
+            (
+                settings::AWS_ENDPOINT_URL.to_string(),
                 self.dynamodb_endpoint.clone(),
             ),
             ("AWS_ACCESS_KEY_ID".to_string(), "local".to_string()),
             ("AWS_SECRET_ACCESS_KEY".to_string(), "local".to_string()),
-            ("AWS_REGION".to_string(), "us-east-1".to_string()),
+            (settings::AWS_REGION.to_string(), "us-east-1".to_string()),
         ])
     }
 }

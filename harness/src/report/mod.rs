@@ -24,18 +24,8 @@ use crate::report_json::Report;
 
 pub use html::{escape as html_escape, STYLE as HTML_STYLE};
 pub use markdown::verdict_line;
-pub use tables::{Cell, Table};
-
-/// One table as `report.md` writes it (for other documents built from the same model).
-pub fn table_markdown(out: &mut String, table: &Table) {
-    markdown::table(out, table)
-}
-
-/// One table as `report.html` writes it.
-pub fn table_html(out: &mut String, table: &Table) {
-    html::table(out, table)
-}
 pub use progress::{phase_label, Counters, LogWriter, Progress, PLAIN_INTERVAL};
+pub use tables::{Cell, Table};
 pub use view::{RunView, MAX_TIMELINE_ROWS};
 
 /// The history file in a run directory.
@@ -71,6 +61,21 @@ pub fn write_reports(dir: &Path, report: &Report) -> anyhow::Result<()> {
     report.write(&dir.join(REPORT_FILE))?;
     render_all(dir)?;
     Ok(())
+}
+
+/// One table as markdown (a `##` title, intro, rows, note): the rendering `report.md` uses,
+/// shared with the bench's files.
+pub fn table_markdown(t: &Table) -> String {
+    let mut out = String::new();
+    markdown::table(&mut out, t);
+    out
+}
+
+/// One table as an HTML `<section>`: the rendering `report.html` uses, shared with the bench's.
+pub fn table_html(t: &Table) -> String {
+    let mut out = String::new();
+    html::table(&mut out, t);
+    out
 }
 
 /// Renders the three documents from a history's records and its report.
