@@ -153,6 +153,12 @@ pub fn generate(config: &GenConfig, run: u32) -> Schedule {
             window_ms: drawn.window_ms,
             fields: drawn.fields,
         };
+        // The model above and `check_targets` must agree; a fault they do not is left out.
+        let mut trial = faults.clone();
+        trial.push(fault.clone());
+        if !check_targets(config.workers, &trial) {
+            continue;
+        }
         fleet.apply(&fault, kind.effect);
         cursor = at;
         faults.push(fault);
