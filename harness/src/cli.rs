@@ -35,6 +35,9 @@ pub enum Command {
     },
     /// Benchmarks: `bench takeover` (takeover vs its floor, cost per lease), `bench throughput`.
     Bench(crate::bench::BenchArgs),
+    /// Randomized, seeded fault schedules run many times, each judged; failures shrunk to the
+    /// smallest schedule that still fails; campaign.json/md/html (see `harness campaign --help`).
+    Campaign(crate::campaign::CampaignArgs),
     /// Render report.md, report.html and junit.xml again from DIR/history.jsonl + DIR/report.json
     /// (exit 0 when the report passed, 1 when it failed, 2 when the files cannot be read).
     Report { dir: PathBuf },
@@ -44,7 +47,12 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The scenario file.
-    pub scenario: PathBuf,
+    #[arg(required_unless_present = "replay", conflicts_with = "replay")]
+    pub scenario: Option<PathBuf>,
+    /// Run a campaign run's directory again (`DIR/runs/017`): its scenario.toml, same actions,
+    /// offsets and targets; the actions are then compared with the original run's history.
+    #[arg(long, value_name = "RUN_DIR")]
+    pub replay: Option<PathBuf>,
     /// Output directory (created if missing).
     #[arg(long)]
     pub out: PathBuf,
@@ -74,6 +82,7 @@ pub async fn main(cli: Cli) -> ExitCode {
         Command::List { dir } => list(&dir),
         Command::Report { dir } => crate::report::command(&dir),
         Command::Bench(args) => crate::bench::main(args).await,
+        Command::Campaign(args) => crate::campaign::main(args).await,
     }
 }
 
@@ -85,18 +94,38 @@ async fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let scenario = match (&args.replay, args.scenario) {
+        (Some(dir), _) => match crate::campaign::replay::scenario_of(dir) {
+            Ok(path) => path,
+            Err(e) => {
+                eprintln!("harness: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        (None, Some(path)) => path,
+        (None, None) => {
+            eprintln!("harness: run needs a scenario file or --replay RUN_DIR");
+            return ExitCode::from(2);
+        }
+    };
     let options = RunOptions {
-        scenario: args.scenario,
+        scenario,
         out: args.out,
         seed: args.seed,
         dynamodb,
         worker_bin: args.worker_bin,
+        table: None,
+        quiet: false,
     };
     match crate::run::run(&options, shutdown_signal()).await {
         Ok(report) => {
             print!("{}", crate::expect::summary_table(&report));
             println!("  report: {}", options.out.join("report.json").display());
-            ExitCode::from(if report.passed { 0 } else { 1 })
+            let same = match &args.replay {
+                Some(original) => crate::campaign::replay::report(original, &options.out),
+                None => true,
+            };
+            ExitCode::from(if report.passed && same { 0 } else { 1 })
         }
         Err(e) => {
             eprintln!("harness: {e}");

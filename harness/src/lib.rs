@@ -6,6 +6,7 @@
 
 pub mod analysis;
 pub mod bench;
+pub mod campaign;
 pub mod chart_kit;
 pub mod cli;
 pub mod expect;

@@ -10,6 +10,12 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    let cli = harness::cli::Cli::parse();
+    // A campaign prints one line per run; the phases of each run would drown them.
+    let default = match cli.command {
+        harness::cli::Command::Campaign(_) => "warn",
+        _ => "harness=info,warn",
+    };
     // Colour only for a person at a terminal (never in CI logs or files), and not with NO_COLOR.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
@@ -17,9 +23,9 @@ async fn main() -> std::process::ExitCode {
         .with_ansi(ansi)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "harness=info,warn".into()),
+                .unwrap_or_else(|_| default.into()),
         )
         .with_writer(harness::report::LogWriter)
         .init();
-    harness::cli::main(harness::cli::Cli::parse()).await
+    harness::cli::main(cli).await
 }

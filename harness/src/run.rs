@@ -47,6 +47,11 @@ pub struct RunOptions {
     pub seed: Option<u64>,
     pub dynamodb: dynamodb_local::Mode,
     pub worker_bin: Option<PathBuf>,
+    /// The lease table (default `websocket-leases`): a campaign gives each run its own on one
+    /// shared endpoint.
+    pub table: Option<String>,
+    /// No progress line (a campaign prints its own).
+    pub quiet: bool,
 }
 
 /// Why a run stopped before a verdict.
@@ -82,7 +87,16 @@ pub async fn run(
         .map_err(RunError::Invalid)?;
     let versions = crate::fleet::versions(&bin).await;
     let expected_ms = scenario.run.warmup_ms + scenario.run.duration_ms;
-    let progress = crate::report::Progress::stderr(&scenario.name, expected_ms);
+    let progress = if options.quiet {
+        crate::report::Progress::plain(
+            &scenario.name,
+            expected_ms,
+            Box::new(std::io::sink()),
+            crate::report::PLAIN_INTERVAL,
+        )
+    } else {
+        crate::report::Progress::stderr(&scenario.name, expected_ms)
+    };
     progress.set_phase("provisioning DynamoDB Local");
     let workers_dir = options.out.join("workers");
     std::fs::create_dir_all(&workers_dir)
@@ -101,6 +115,10 @@ pub async fn run(
     let client = ddb.client();
     let env = Env {
         scenario: &scenario,
+        table: options
+            .table
+            .clone()
+            .unwrap_or_else(|| lease_table::DEFAULT_TABLE.to_string()),
         client,
         endpoint: ddb.endpoint().to_string(),
         recorder: recorder.clone(),
@@ -153,6 +171,7 @@ pub fn prepare(options: &RunOptions) -> Result<Scenario, RunError> {
 
 struct Env<'a> {
     scenario: &'a Scenario,
+    table: String,
     client: Client,
     endpoint: String,
     recorder: Recorder,
@@ -176,7 +195,7 @@ impl Env<'_> {
     /// The run proper; returns the problems that fail it (empty when it completed).
     async fn execute(&self) -> Result<Vec<String>, RunError> {
         let s = self.scenario;
-        let table = lease_table::DEFAULT_TABLE;
+        let table = self.table.as_str();
         let streams = s.stream_ids();
         let invalid =
             |what: &str, e: &dyn std::fmt::Display| RunError::Invalid(format!("{what}: {e}"));
@@ -274,7 +293,7 @@ impl Env<'_> {
         lease_source: &LeaseSource,
     ) -> Result<Vec<String>, RunError> {
         let s = self.scenario;
-        let table = lease_table::DEFAULT_TABLE;
+        let table = self.table.as_str();
         // The lease timeline starts before the first worker, so it sees every grant.
         let _lease_log = AbortOnDrop(lease_source.spawn(
             self.client.clone(),
@@ -286,7 +305,11 @@ impl Env<'_> {
                 .spawn()
                 .map_err(|e| RunError::Invalid(e.to_string()))?;
         }
-        let sampler = tokio::spawn(sample_owners(self.client.clone(), self.recorder.clone()));
+        let sampler = tokio::spawn(sample_owners(
+            self.client.clone(),
+            self.table.clone(),
+            self.recorder.clone(),
+        ));
         let _sampler_guard = AbortOnDrop(sampler);
         self.progress.set_phase("warm-up");
 
@@ -351,7 +374,7 @@ impl Env<'_> {
     /// Runs the fault schedule for `duration_ms` from now; returns the problems met.
     async fn inject_faults(&self, fleet: &Fleet, kit: Arc<crate::faults::FaultKit>) -> Vec<String> {
         let s = self.scenario;
-        let table = lease_table::DEFAULT_TABLE;
+        let table = self.table.as_str();
 
         // Faults, each on its own task so a pause or a deploy does not hold up the next one.
         let injector = Injector {
@@ -420,10 +443,9 @@ impl Env<'_> {
                 .collect();
             let expired = Instant::now() >= deadline;
             let settled = if silent.is_empty() || expired {
-                let rows =
-                    crate::lease_log::scan_consistent(&self.client, lease_table::DEFAULT_TABLE)
-                        .await
-                        .map_err(|e| format!("warm-up: reading the lease table: {e}"))?;
+                let rows = crate::lease_log::scan_consistent(&self.client, &self.table)
+                    .await
+                    .map_err(|e| format!("warm-up: reading the lease table: {e}"))?;
                 let (t_ms, wall_ms) = (self.recorder.now_ms(), lease_table::now_ms());
                 stability.observe(&rows, t_ms, wall_ms, s.lease.lease_ms, window_ms)
             } else {
@@ -517,10 +539,10 @@ async fn seed(
 /// Records who owns how many streams, every [`OWNER_SAMPLE_INTERVAL`] or four times as long as a
 /// scan takes, whichever is longer (so sampling a large table never loads DynamoDB Local much),
 /// until aborted.
-async fn sample_owners(client: Client, recorder: Recorder) {
+async fn sample_owners(client: Client, table: String, recorder: Recorder) {
     loop {
         let started = Instant::now();
-        if let Ok(items) = lease_table::scan_all(&client, lease_table::DEFAULT_TABLE).await {
+        if let Ok(items) = lease_table::scan_all(&client, &table).await {
             let now = lease_table::now_ms();
             let mut owners = BTreeMap::new();
             let mut free = 0;

@@ -39,7 +39,7 @@ pub fn escape(text: &str) -> String {
     out
 }
 
-const STYLE: &str = r#"
+pub const STYLE: &str = r#"
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1160px; padding: 16px 24px 48px; color: #1b1b1b; }
 h1 { font-size: 1.6rem; margin: 8px 0; }
 h2 { font-size: 1.2rem; margin-top: 32px; border-bottom: 1px solid #ddd; padding-bottom: 4px; }

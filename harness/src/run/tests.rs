@@ -48,6 +48,8 @@ fn options(dir: &Path, seed: Option<u64>) -> RunOptions {
         seed,
         dynamodb: dynamodb_local::Mode::Auto,
         worker_bin: None,
+        table: None,
+        quiet: false,
     }
 }
 
