@@ -22,6 +22,7 @@ use anyhow::Context;
 use crate::history::{self, Record};
 use crate::report_json::Report;
 
+pub use junit::suite as junit_suite;
 pub use markdown::verdict_line;
 pub use progress::{phase_label, Counters, LogWriter, Progress, PLAIN_INTERVAL};
 pub use view::{RunView, MAX_TIMELINE_ROWS};
