@@ -21,7 +21,8 @@ use aws_sdk_dynamodb::Client;
 pub use jar::{JarSource, DDB_LOCAL_VERSION, NPM_PACKAGE, NPM_TARBALL_SHA256};
 pub use moto::{MotoSource, MOTO_LICENSE, MOTO_VERSION};
 
-use process::{Server, ServerProcess};
+pub use process::Server;
+use process::ServerProcess;
 
 /// Environment variable naming a directory that holds `DynamoDBLocal.jar`.
 pub const ENV_JAR_DIR: &str = "DYNAMODB_LOCAL_DIR";
@@ -115,7 +116,9 @@ impl Default for Options {
 /// Errors while provisioning; each names what failed and what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum ProvisionError {
-    #[error("unknown DynamoDB mode {0:?}: use auto, container, jar, moto or endpoint=http://HOST:PORT")]
+    #[error(
+        "unknown DynamoDB mode {0:?}: use auto, container, jar, moto or endpoint=http://HOST:PORT"
+    )]
     BadMode(String),
     #[error(
         "no DynamoDB Local jar available: {reason}.\n\
@@ -148,7 +151,7 @@ pub enum ProvisionError {
     PortInUse(u16),
     #[error("{server} (pid {pid}) exited before it was ready ({status}); last lines of its log {log}:\n{tail}")]
     ExitedEarly {
-        server: &'static str,
+        server: Server,
         pid: u32,
         status: String,
         log: String,
@@ -156,7 +159,7 @@ pub enum ProvisionError {
     },
     #[error("{server} at {endpoint} did not answer ListTables within {waited:?} (last error: {last_error}); last lines of its log {log}:\n{tail}")]
     NotReady {
-        server: &'static str,
+        server: Server,
         endpoint: String,
         waited: Duration,
         last_error: String,
@@ -413,7 +416,7 @@ async fn wait_ready(
         if let Backend::Process(proc) = backend {
             if let Some(status) = proc.exited() {
                 return Err(ProvisionError::ExitedEarly {
-                    server: proc.server().name(),
+                    server: proc.server(),
                     pid: proc.pid(),
                     status,
                     log: proc.log_path().display().to_string(),
@@ -429,12 +432,12 @@ async fn wait_ready(
     };
     let (server, log, tail) = match backend {
         Backend::Process(proc) => (
-            proc.server().name(),
+            proc.server(),
             proc.log_path().display().to_string(),
             proc.log_tail(20),
         ),
-        Backend::Container(_) => ("DynamoDB Local", "(none)".to_string(), String::new()),
-        Backend::External => ("DynamoDB endpoint", "(none)".to_string(), String::new()),
+        Backend::Container(_) => (Server::Jar, "(none)".to_string(), String::new()),
+        Backend::External => (Server::External, "(none)".to_string(), String::new()),
     };
     Err(ProvisionError::NotReady {
         server,

@@ -104,7 +104,10 @@ impl MotoSource {
             self.cache.display()
         );
         let venv = scratch.join("venv");
-        self.run(Command::new(python).args(["-m", "venv"]).arg(&venv), "python -m venv")?;
+        self.run(
+            Command::new(python).args(["-m", "venv"]).arg(&venv),
+            "python -m venv",
+        )?;
         let requirements = scratch.join("requirements.txt");
         std::fs::write(&requirements, REQUIREMENTS)
             .map_err(|e| io(format!("writing {}", requirements.display()), e))?;

@@ -14,23 +14,35 @@ use crate::ProvisionError;
 
 /// Which server a process runs; names it in messages and log files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Server {
+pub enum Server {
+    /// DynamoDB Local (the jar or a container).
     Jar,
+    /// moto's server.
     Moto,
+    /// An endpoint someone else runs.
+    External,
+}
+
+impl std::fmt::Display for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 impl Server {
-    pub(crate) fn name(self) -> &'static str {
+    /// The server's name in messages.
+    pub fn name(self) -> &'static str {
         match self {
             Server::Jar => "DynamoDB Local",
             Server::Moto => "moto",
+            Server::External => "DynamoDB endpoint",
         }
     }
 
     fn file_stem(self) -> &'static str {
         match self {
             Server::Jar => "dynamodb-local",
-            Server::Moto => "moto",
+            Server::Moto | Server::External => "moto",
         }
     }
 }
@@ -142,7 +154,7 @@ impl ServerProcess {
                     .exited()
                     .unwrap_or_else(|| format!("no port printed within {timeout:?}"));
                 Err(ProvisionError::ExitedEarly {
-                    server: Server::Moto.name(),
+                    server: Server::Moto,
                     pid: proc.pid(),
                     status,
                     log: proc.log.display().to_string(),

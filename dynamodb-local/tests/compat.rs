@@ -46,8 +46,14 @@ async fn matrix(client: &Client, endpoint: &str) -> Vec<(&'static str, Check)> {
         "renew with checkpoint; wrong token refused",
         renew(client).await,
     ));
-    out.push(("release (REMOVE) + consistent GetItem", release(client).await));
-    out.push(("fleet item: ADD / DELETE on a string set", fleet(client).await));
+    out.push((
+        "release (REMOVE) + consistent GetItem",
+        release(client).await,
+    ));
+    out.push((
+        "fleet item: ADD / DELETE on a string set",
+        fleet(client).await,
+    ));
     out.push((
         "consistent Scan, Limit + ExclusiveStartKey",
         scan_pages(client).await,
@@ -74,7 +80,11 @@ fn print(backend: &str, rows: &[(&str, Check)]) {
 }
 
 async fn create(client: &Client) -> Check {
-    let key = |k: KeyType| KeySchemaElement::builder().attribute_name("stream_id").key_type(k);
+    let key = |k: KeyType| {
+        KeySchemaElement::builder()
+            .attribute_name("stream_id")
+            .key_type(k)
+    };
     client
         .create_table()
         .table_name(TABLE)
@@ -135,7 +145,9 @@ const T0: i64 = 1_000_000;
 
 async fn acquire_new(client: &Client) -> Check {
     match ops::acquire(client, TABLE, "s-0001", "w1", 3000, T0, 0).await {
-        Ok(Outcome::Done(item)) if item.fence_token == Some(1) && item.owner_id.as_deref() == Some("w1") => {
+        Ok(Outcome::Done(item))
+            if item.fence_token == Some(1) && item.owner_id.as_deref() == Some("w1") =>
+        {
             Ok("fence 1".into())
         }
         other => Err(format!("{other:?}")),
@@ -144,9 +156,9 @@ async fn acquire_new(client: &Client) -> Check {
 
 async fn acquire_refused(client: &Client) -> Check {
     match ops::acquire(client, TABLE, "s-0001", "w2", 3000, T0 + 10, 0).await {
-        Ok(Outcome::Refused { current: Some(item) }) if item.owner_id.as_deref() == Some("w1") => {
-            Ok("item returned with the refusal".into())
-        }
+        Ok(Outcome::Refused {
+            current: Some(item),
+        }) if item.owner_id.as_deref() == Some("w1") => Ok("item returned with the refusal".into()),
         Ok(Outcome::Refused { current: None }) => {
             Err("refused, but no item returned with the refusal".into())
         }
@@ -181,7 +193,9 @@ async fn renew(client: &Client) -> Check {
         .await
         .map_err(fail)?;
     match (ok, stale, item) {
-        (Ok(Outcome::Done(())), Ok(Outcome::Refused { .. }), Some(i)) if i.checkpoint == Some(42) => {
+        (Ok(Outcome::Done(())), Ok(Outcome::Refused { .. }), Some(i))
+            if i.checkpoint == Some(42) =>
+        {
             Ok("checkpoint 42 kept".into())
         }
         other => Err(format!("{other:?}")),
@@ -430,7 +444,9 @@ async fn unlocked_moto_grants_one_lease_twice_and_the_race_check_sees_it() {
     let stdout = child.stdout.take().unwrap();
     let _guard = Kill(child);
     let mut line = String::new();
-    std::io::BufReader::new(stdout).read_line(&mut line).unwrap();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .unwrap();
     let endpoint = format!("http://127.0.0.1:{}", line.trim());
     let client = lease_table::local_client(&endpoint);
     lease_table::create_table(&client, TABLE).await.unwrap();

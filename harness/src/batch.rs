@@ -55,7 +55,10 @@ pub fn expand(inputs: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
         } else if input.is_file() {
             files.push(input.clone());
         } else {
-            return Err(format!("{}: no such scenario file or folder", input.display()));
+            return Err(format!(
+                "{}: no such scenario file or folder",
+                input.display()
+            ));
         }
     }
     Ok(files)
@@ -226,7 +229,9 @@ pub fn summary_markdown(outcomes: &[Outcome], out: &Path) -> String {
     if !backends.is_empty() {
         let _ = writeln!(md, "DynamoDB backend: {}\n", backends.join(", "));
     }
-    md.push_str("| scenario | verdict | takeover p99 (ms) | gaps | stale accepted | wall (s) | report |\n");
+    md.push_str(
+        "| scenario | verdict | takeover p99 (ms) | gaps | stale accepted | wall (s) | report |\n",
+    );
     md.push_str("| --- | --- | ---: | ---: | ---: | ---: | --- |\n");
     for o in outcomes {
         let line = summary_line(o);

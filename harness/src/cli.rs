@@ -119,7 +119,9 @@ async fn run(args: RunArgs) -> ExitCode {
         Ok(planned) => planned,
         Err(e) => {
             eprintln!("{e}");
-            eprintln!("harness: nothing was run (every scenario is checked before the first starts)");
+            eprintln!(
+                "harness: nothing was run (every scenario is checked before the first starts)"
+            );
             return ExitCode::from(2);
         }
     };
@@ -131,7 +133,10 @@ async fn run(args: RunArgs) -> ExitCode {
     let mut outcomes = Vec::new();
     for (i, plan) in planned.iter().enumerate() {
         if *stop_rx.borrow() {
-            eprintln!("harness: interrupted: {} scenario(s) not run", planned.len() - i);
+            eprintln!(
+                "harness: interrupted: {} scenario(s) not run",
+                planned.len() - i
+            );
             break;
         }
         if is_batch {
@@ -170,7 +175,8 @@ async fn run(args: RunArgs) -> ExitCode {
             eprint!("{human}");
             println!(
                 "{}",
-                serde_json::to_string(&batch::summary_line(&outcome)).expect("a summary line serialises")
+                serde_json::to_string(&batch::summary_line(&outcome))
+                    .expect("a summary line serialises")
             );
         } else if outcome.report.is_some() {
             print!("{human}");

@@ -23,16 +23,22 @@ fn a_folder_expands_to_its_own_toml_files_sorted_and_not_its_subfolders() {
     assert_eq!(names, ["a.toml", "b.toml"]);
     assert!(is_batch(&[dir.path().to_path_buf()]));
     assert!(!is_batch(&[dir.path().join("a.toml")]));
-    assert!(is_batch(&[dir.path().join("a.toml"), dir.path().join("b.toml")]));
+    assert!(is_batch(&[
+        dir.path().join("a.toml"),
+        dir.path().join("b.toml")
+    ]));
 }
 
 #[test]
 fn a_missing_input_or_an_empty_folder_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let err = expand(&[dir.path().to_path_buf()]).unwrap_err();
-    assert!(err.contains(&dir.path().display().to_string()) && err.contains("no *.toml"), "{err}");
+    assert!(
+        err.contains(&dir.path().display().to_string()) && err.contains("no *.toml"),
+        "{err}"
+    );
     let missing = dir.path().join("nope.toml");
-    let err = expand(&[missing.clone()]).unwrap_err();
+    let err = expand(&[missing]).unwrap_err();
     assert!(err.contains("nope.toml"), "{err}");
 }
 
@@ -44,7 +50,11 @@ fn plan_gives_each_scenario_its_own_directory_even_when_stems_repeat() {
     let dirs: Vec<_> = planned.iter().map(|p| p.dir.clone()).collect();
     assert_eq!(
         dirs,
-        [out.join("task-kill"), out.join("baseline"), out.join("task-kill-2")]
+        [
+            out.join("task-kill"),
+            out.join("baseline"),
+            out.join("task-kill-2")
+        ]
     );
     assert_eq!(planned[0].scenario, "task-kill");
 }
@@ -66,7 +76,9 @@ fn outcome(name: &str, exit_code: u8, report: Option<Report>) -> Outcome {
             dir: PathBuf::from(format!("out/{name}")),
         },
         exit_code,
-        error: report.is_none().then(|| "DynamoDB (moto): python3 not found".to_string()),
+        error: report
+            .is_none()
+            .then(|| "DynamoDB (moto): python3 not found".to_string()),
         report,
     }
 }
@@ -118,13 +130,18 @@ fn the_summary_line_carries_the_verdict_and_what_failed() {
     assert_eq!(ok["failed_expectations"], serde_json::json!([]));
     let failed = serde_json::to_value(summary_line(&outcomes[1])).unwrap();
     assert_eq!(failed["passed"], false);
-    assert_eq!(failed["failed_expectations"][0]["metric"], "totals.stale_accepted");
+    assert_eq!(
+        failed["failed_expectations"][0]["metric"],
+        "totals.stale_accepted"
+    );
     assert_eq!(failed["failed_expectations"][0]["actual"], 3.0);
     let broken = serde_json::to_value(summary_line(&outcomes[2])).unwrap();
     assert!(broken["wall_ms"].is_null());
     assert_eq!(broken["errors"][0], "DynamoDB (moto): python3 not found");
     // One line each: nothing in it may break the line.
-    assert!(!serde_json::to_string(&summary_line(&outcomes[2])).unwrap().contains('\n'));
+    assert!(!serde_json::to_string(&summary_line(&outcomes[2]))
+        .unwrap()
+        .contains('\n'));
 }
 
 #[test]
@@ -139,13 +156,27 @@ fn the_exit_code_is_the_worst_verdict() {
 #[test]
 fn summary_markdown_has_a_row_and_a_link_per_scenario_and_the_reasons_of_failures() {
     let md = summary_markdown(&batch(), Path::new("out"));
-    assert!(md.starts_with("# Harness runs: ❌ FAILED (1 of 3 scenarios passed)"), "{md}");
-    assert!(md.contains("DynamoDB backend: moto 5.2.5 (Apache-2.0)"), "{md}");
-    assert!(md.contains("| task-kill | passed | 1500 | 0 | 0 | 12.3 | [task-kill](task-kill/report.md) |"), "{md}");
+    assert!(
+        md.starts_with("# Harness runs: ❌ FAILED (1 of 3 scenarios passed)"),
+        "{md}"
+    );
+    assert!(
+        md.contains("DynamoDB backend: moto 5.2.5 (Apache-2.0)"),
+        "{md}"
+    );
+    assert!(
+        md.contains(
+            "| task-kill | passed | 1500 | 0 | 0 | 12.3 | [task-kill](task-kill/report.md) |"
+        ),
+        "{md}"
+    );
     assert!(md.contains("| broken | **FAILED** | – |"), "{md}");
     assert!(md.contains("## zombie failed"), "{md}");
     assert!(md.contains("actual 3, expected <= 0"), "{md}");
-    assert!(md.contains("- error: DynamoDB (moto): python3 not found"), "{md}");
+    assert!(
+        md.contains("- error: DynamoDB (moto): python3 not found"),
+        "{md}"
+    );
 }
 
 #[test]
@@ -153,9 +184,15 @@ fn summary_junit_has_one_suite_per_scenario_and_fails_a_run_without_report() {
     let xml = summary_junit(&batch()).unwrap();
     assert_eq!(xml.matches("<testsuite ").count(), 3, "{xml}");
     for name in ["task-kill", "zombie", "broken"] {
-        assert!(xml.contains(&format!("<testsuite name=\"{name}\"")), "{xml}");
+        assert!(
+            xml.contains(&format!("<testsuite name=\"{name}\"")),
+            "{xml}"
+        );
     }
-    assert!(xml.contains("the run did not complete: DynamoDB (moto): python3 not found"), "{xml}");
+    assert!(
+        xml.contains("the run did not complete: DynamoDB (moto): python3 not found"),
+        "{xml}"
+    );
     // zombie's expectation and broken's run: two failures in all.
     assert!(xml.contains("failures=\"2\""), "{xml}");
 }
