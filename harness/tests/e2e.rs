@@ -345,14 +345,18 @@ fn a_fleet_that_cannot_warm_up_fails_with_exit_1_and_a_reason() {
 }
 
 /// The same kill scenario on moto (the open-source backend): the worker needs nothing DynamoDB
-/// Local has and moto lacks, and the report names the backend.
+/// Local has and moto lacks, and the report names the backend. Its safety expectations stand;
+/// the takeover-time bound is left out here (moto serves one request at a time, and on a loaded
+/// test machine its renewals queue: timing is `.ci/run`'s moto scenarios' job, not this test's).
 #[test]
 fn a_kill_scenario_passes_on_moto() {
     let dir = tempfile::tempdir().unwrap();
+    let timing = "\n[[expect]]\nmetric = \"totals.takeover_ms.max\"";
+    let cut = KILL_SCENARIO.find(timing).expect("the kill scenario bounds takeover time");
     let (output, out) = run_scenario(
         dir.path(),
         "kill",
-        KILL_SCENARIO,
+        &KILL_SCENARIO[..cut],
         &["--dynamodb", "moto", "--summary-json"],
     );
     assert_exit(&output, 0);
