@@ -3,6 +3,7 @@
 //! history can recompute every figure.
 
 use std::collections::HashMap;
+use std::path::Path;
 
 use hdrhistogram::Histogram;
 
@@ -23,6 +24,26 @@ pub fn analyse(records: impl IntoIterator<Item = Record>) -> Report {
         a.add(record);
     }
     a.finish()
+}
+
+/// Recomputes a report from a `history.jsonl` (expectations not yet judged).
+pub fn analyse_file(path: &Path) -> anyhow::Result<Report> {
+    let records: anyhow::Result<Vec<Record>> = crate::history::read(path)?.collect();
+    Ok(analyse_records(records?))
+}
+
+/// The report of a history's records: the analysis's figures, plus the versions and the
+/// scenario text its `run_start` carries. Expectations are not yet judged.
+pub fn analyse_records(records: Vec<Record>) -> Report {
+    let start = records.iter().find_map(|r| match r {
+        Record::RunStart(start) => Some(start.clone()),
+        _ => None,
+    });
+    let mut report = analyse(records);
+    if let Some(start) = start {
+        report.set_provenance(&start);
+    }
+    report
 }
 
 /// Per-stream state while reading the history.

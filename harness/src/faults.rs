@@ -13,7 +13,7 @@ use rand::{RngCore, SeedableRng};
 
 use crate::fleet::{Fleet, State};
 use crate::history::{Action, ActionStream, Record, Recorder};
-use crate::scenario::{Fault, FaultAction, Target};
+use crate::scenario::{deploy_batches, Fault, FaultAction, Target};
 
 /// How long a started worker may take to answer `/readyz` during a rolling deploy.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -181,7 +181,7 @@ impl Injector {
         let running = self.fleet.in_state(State::Running);
         match target {
             Target::Worker(n) => {
-                let name = crate::scenario::worker_name(*n);
+                let name = crate::worker_id::worker_name(*n);
                 match self.fleet.state(&name) {
                     Some(State::Running) => Ok(name),
                     Some(state) => anyhow::bail!("target {name} is not running (it is {state:?})"),
@@ -313,42 +313,6 @@ pub fn busiest(candidates: &[String], items: &[LeaseItem], now_ms: i64) -> Optio
     best.map(|(c, _)| c.clone())
 }
 
-/// One step of an ECS rolling deploy: start `start` new tasks (and wait until they are ready),
-/// then stop `stop` old ones (SIGTERM, SIGKILL after the stop timeout).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DeployStep {
-    pub start: usize,
-    pub stop: usize,
-}
-
-/// The steps ECS takes to replace `n` tasks with `minimum_healthy_percent` and `maximum_percent`:
-/// never more than `floor(n·max/100)` running, never fewer than `ceil(n·min/100)` healthy.
-/// With 100/200 that is one step: start all `n`, then stop all `n`. `None` when the two
-/// percentages leave no room to make progress (100/100).
-pub fn deploy_batches(n: usize, min_percent: u32, max_percent: u32) -> Option<Vec<DeployStep>> {
-    let max_total = n * max_percent as usize / 100;
-    let min_healthy = (n * min_percent as usize).div_ceil(100);
-    let (mut old, mut new) = (n, 0usize);
-    let mut steps = Vec::new();
-    while old > 0 {
-        let start = max_total.saturating_sub(old + new).min(n - new);
-        new += start;
-        let stop = old.min((old + new).saturating_sub(min_healthy));
-        if start == 0 && stop == 0 {
-            return None;
-        }
-        old -= stop;
-        steps.push(DeployStep { start, stop });
-    }
-    if new < n {
-        steps.push(DeployStep {
-            start: n - new,
-            stop: 0,
-        });
-    }
-    Some(steps)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -373,49 +337,6 @@ mod tests {
             streams[1].lease_remaining_ms, 1_000,
             "another owner's lease is not ours"
         );
-    }
-
-    #[test]
-    fn hundred_two_hundred_replaces_everything_in_one_step() {
-        assert_eq!(
-            deploy_batches(3, 100, 200),
-            Some(vec![DeployStep { start: 3, stop: 3 }])
-        );
-    }
-
-    #[test]
-    fn fifty_hundred_stops_before_it_starts_and_keeps_half_healthy() {
-        let steps = deploy_batches(4, 50, 100).unwrap();
-        assert_eq!(steps[0], DeployStep { start: 0, stop: 2 });
-        assert_eq!(steps.iter().map(|s| s.start).sum::<usize>(), 4);
-        assert_eq!(steps.iter().map(|s| s.stop).sum::<usize>(), 4);
-        // Healthy never drops below 2, running never exceeds 4.
-        let (mut old, mut new) = (4, 0);
-        for s in steps {
-            new += s.start;
-            assert!(old + new <= 4);
-            old -= s.stop;
-            assert!(old + new >= 2);
-        }
-    }
-
-    #[test]
-    fn every_valid_pair_terminates_with_everything_replaced() {
-        for n in 1..8 {
-            for min in [0, 25, 50, 75, 100] {
-                for max in [100, 125, 150, 200] {
-                    match deploy_batches(n, min, max) {
-                        Some(steps) => {
-                            assert_eq!(steps.iter().map(|s| s.start).sum::<usize>(), n);
-                            assert_eq!(steps.iter().map(|s| s.stop).sum::<usize>(), n);
-                        }
-                        None => assert!(
-                            n * max as usize / 100 == n && (n * min as usize).div_ceil(100) == n
-                        ),
-                    }
-                }
-            }
-        }
     }
 
     fn item(stream: &str, owner: &str, expires: i64) -> LeaseItem {
@@ -448,7 +369,7 @@ mod tests {
     }
 
     fn fleet_of(n: usize) -> Vec<String> {
-        (1..=n).map(crate::scenario::worker_name).collect()
+        (1..=n).map(crate::worker_id::worker_name).collect()
     }
 
     #[test]
@@ -480,10 +401,5 @@ mod tests {
             Some("worker-1")
         );
         assert_eq!(pick_random(&fleet_of(3), 4).as_deref(), Some("worker-2"));
-    }
-
-    #[test]
-    fn no_room_is_refused() {
-        assert_eq!(deploy_batches(3, 100, 100), None);
     }
 }

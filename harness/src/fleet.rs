@@ -9,61 +9,24 @@
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lease_protocol::settings;
 use tokio::process::Command;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::history::{Record, Recorder, WorkerExit, WorkerStart};
-use crate::scenario::worker_name;
+use crate::worker_id::worker_name;
 
-/// Worker settings the harness always sets itself; inherited values are removed first so the
-/// caller's shell cannot change a run.
-const MANAGED_ENV: &[&str] = &[
-    "LEASE_TABLE",
-    "OWNER_ID",
-    "LEASE_SECONDS",
-    "RENEW_SECONDS",
-    "UPSTREAM_URL",
-    "SINK_URL",
-    "MAX_STREAMS",
-    "AWS_REGION",
-    "AWS_ENDPOINT_URL",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AWS_PROFILE",
-    "METRICS_ADDR",
-    "METRICS_ADDR_FILE",
-    "DRAIN_SECONDS",
-    "SKEW_MARGIN_MS",
-    "SCAN_SECONDS",
-    "ACQUIRE_MODE",
-    "CHAOS_SKIP_DEADLINE_CHECK",
-    "LOG_FORMAT",
-    "BATCH_MAX_EVENTS",
-    "BATCH_MAX_DELAY_MS",
-    "ECS_CONTAINER_METADATA_URI_V4",
-];
+mod binary;
+mod config;
 
-/// How a fleet starts its workers.
-#[derive(Debug, Clone)]
-pub struct FleetConfig {
-    /// The `lease-worker` executable.
-    pub bin: PathBuf,
-    /// Where `worker-N.log` and `worker-N.addr` go.
-    pub dir: PathBuf,
-    /// Environment for every worker (on top of the managed defaults).
-    pub env: BTreeMap<String, String>,
-    /// Extra environment per worker name.
-    pub worker_env: BTreeMap<String, BTreeMap<String, String>>,
-    /// Command-line arguments (none for `lease-worker`, which reads its environment).
-    pub args: Vec<String>,
-}
+pub use binary::{resolve_worker_bin, versions, HARNESS_VERSION};
+pub use config::{managed_env, FleetConfig, WorkerEnv};
 
 /// Where a worker is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,32 +77,6 @@ pub struct Fleet {
     recorder: Recorder,
 }
 
-/// Finds `lease-worker`: `--worker-bin`, else beside the running executable (or one level up,
-/// from a test binary in `deps/`). The error says how to build it.
-pub fn resolve_worker_bin(explicit: Option<&Path>) -> Result<PathBuf, String> {
-    if let Some(path) = explicit {
-        return if path.is_file() {
-            Ok(path.to_path_buf())
-        } else {
-            Err(format!("--worker-bin {}: no such file", path.display()))
-        };
-    }
-    let exe =
-        std::env::current_exe().map_err(|e| format!("cannot find the harness executable: {e}"))?;
-    let dir = exe.parent().unwrap_or(Path::new("."));
-    let mut candidates = vec![dir.join("lease-worker")];
-    if dir.file_name().is_some_and(|n| n == "deps") {
-        candidates.extend(dir.parent().map(|d| d.join("lease-worker")));
-    }
-    candidates.into_iter().find(|p| p.is_file()).ok_or_else(|| {
-        format!(
-            "the worker binary lease-worker was not found beside {} : build it with `cargo build --release -p lease-worker` \
-             (or `cargo build -p lease-worker` for a debug harness), or pass --worker-bin PATH",
-            exe.display()
-        )
-    })
-}
-
 impl Fleet {
     /// An empty fleet.
     pub fn new(config: FleetConfig, recorder: Recorder) -> Fleet {
@@ -169,12 +106,12 @@ impl Fleet {
             .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", log_path.display()))?;
         let mut cmd = Command::new(&self.config.bin);
         cmd.args(&self.config.args);
-        for var in MANAGED_ENV {
+        for var in managed_env() {
             cmd.env_remove(var);
         }
-        cmd.env("OWNER_ID", &name)
-            .env("METRICS_ADDR", "127.0.0.1:0")
-            .env("METRICS_ADDR_FILE", &addr_file)
+        cmd.env(settings::OWNER_ID, &name)
+            .env(settings::METRICS_ADDR, "127.0.0.1:0")
+            .env(settings::METRICS_ADDR_FILE, &addr_file)
             .envs(&self.config.env);
         if let Some(extra) = self.config.worker_env.get(&name) {
             cmd.envs(extra);
@@ -427,6 +364,8 @@ impl Fleet {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
     use crate::history::HistoryWriter;
 
@@ -472,11 +411,5 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert!(!is_alive(pid_b), "worker {pid_b} survived the fleet");
-    }
-
-    #[test]
-    fn a_missing_worker_binary_says_how_to_build_it() {
-        let err = resolve_worker_bin(Some(Path::new("/nonexistent/lease-worker"))).unwrap_err();
-        assert!(err.contains("no such file"), "{err}");
     }
 }

@@ -18,3 +18,5 @@ pub mod report_json;
 pub mod run;
 pub mod scenario;
 pub mod sink;
+pub mod usage;
+pub mod worker_id;

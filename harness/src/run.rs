@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use aws_sdk_dynamodb::Client;
 use tokio::time::Instant;
 
 use crate::faults::Injector;
-use crate::fleet::{Fleet, FleetConfig};
+use crate::fleet::{Fleet, FleetConfig, WorkerEnv};
 use crate::history::{
     CheckpointFinal, HistoryWriter, OwnerSample, Phase, Record, Recorder, RunEnd, RunStart,
     UpstreamFinal, Versions,
@@ -33,10 +33,6 @@ const POLL: Duration = Duration::from_millis(500);
 const SHUTDOWN_GRACE_EXTRA: Duration = Duration::from_secs(3);
 /// Bound on waiting for fault tasks still running at the run's end.
 const FAULTS_GRACE: Duration = Duration::from_secs(30);
-/// How long `WORKER-BIN --version` may take before it counts as failed.
-const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
-/// The harness's own version, recorded with every run.
-pub const HARNESS_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// What `harness run` was asked to do.
 #[derive(Debug, Clone)]
@@ -78,7 +74,7 @@ pub async fn run(
     let scenario = prepare(options)?;
     let bin = crate::fleet::resolve_worker_bin(options.worker_bin.as_deref())
         .map_err(RunError::Invalid)?;
-    let versions = versions(&bin).await;
+    let versions = crate::fleet::versions(&bin).await;
     let expected_ms = scenario.run.warmup_ms + scenario.run.duration_ms;
     let progress = crate::report::Progress::stderr(&scenario.name, expected_ms);
     progress.set_phase("provisioning DynamoDB");
@@ -121,7 +117,7 @@ pub async fn run(
         Err(RunError::Invalid(e)) => return Err(RunError::Invalid(e)),
         Err(RunError::Failed(e)) => vec![e],
     };
-    let (cpu_ms, max_rss_bytes) = self_usage();
+    let (cpu_ms, max_rss_bytes) = crate::usage::self_usage();
     recorder.record(Record::RunEnd(RunEnd {
         t_ms: recorder.now_ms(),
         errors: errors.clone(),
@@ -134,9 +130,11 @@ pub async fn run(
         errors.push(e.to_string());
         return Err(RunError::Failed(errors.join("; ")));
     }
-    let mut report = analyse_file(&history_path).map_err(|e| RunError::Failed(e.to_string()))?;
+    let mut report = crate::analysis::analyse_file(&history_path)
+        .map_err(|e| RunError::Failed(e.to_string()))?;
     crate::expect::judge(&mut report, &scenario.expectations);
-    write_reports(&options.out, &report).map_err(|e| RunError::Failed(e.to_string()))?;
+    crate::report::write_reports(&options.out, &report)
+        .map_err(|e| RunError::Failed(e.to_string()))?;
     progress.finish(report.passed, &options.out.join(crate::report::HTML_FILE));
     Ok(report)
 }
@@ -149,83 +147,6 @@ pub fn prepare(options: &RunOptions) -> Result<Scenario, RunError> {
         scenario.run.seed = seed;
     }
     Ok(scenario)
-}
-
-/// The harness's version and the worker binary's `--version`. A worker that cannot say its
-/// version does not stop the run: the reason is recorded instead.
-pub async fn versions(worker_bin: &Path) -> Versions {
-    let (worker, worker_error) = match worker_version(worker_bin).await {
-        Ok(version) => (Some(version), None),
-        Err(e) => (None, Some(e)),
-    };
-    Versions {
-        harness: HARNESS_VERSION.to_string(),
-        worker,
-        worker_error,
-        dynamodb: None,
-    }
-}
-
-/// Runs `BIN --version` once (bounded by [`VERSION_TIMEOUT`]); the first line it printed, or
-/// why not.
-async fn worker_version(bin: &Path) -> Result<String, String> {
-    const MAX_CHARS: usize = 200;
-    let shown = format!("`{} --version`", bin.display());
-    let clip = |text: &[u8]| -> String {
-        let text = String::from_utf8_lossy(text);
-        let line = text.lines().map(str::trim).find(|l| !l.is_empty());
-        line.unwrap_or("").chars().take(MAX_CHARS).collect()
-    };
-    let output = tokio::process::Command::new(bin)
-        .arg("--version")
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(VERSION_TIMEOUT, output)
-        .await
-        .map_err(|_| format!("{shown} did not finish within {VERSION_TIMEOUT:?}"))?
-        .map_err(|e| format!("{shown} could not be run: {e}"))?;
-    let stdout = clip(&output.stdout);
-    if !output.status.success() {
-        let stderr = clip(&output.stderr);
-        let said = [stderr, stdout].into_iter().find(|t| !t.is_empty());
-        return Err(match said {
-            Some(said) => format!("{shown} failed ({}): {said}", output.status),
-            None => format!("{shown} failed ({})", output.status),
-        });
-    }
-    if stdout.is_empty() {
-        return Err(format!("{shown} printed nothing"));
-    }
-    Ok(stdout)
-}
-
-/// Recomputes a report from a `history.jsonl` (expectations not yet judged).
-pub fn analyse_file(path: &Path) -> anyhow::Result<Report> {
-    let records: anyhow::Result<Vec<Record>> = crate::history::read(path)?.collect();
-    Ok(analyse_records(records?))
-}
-
-/// The report of a history's records: the analysis's figures, plus the versions and the
-/// scenario text its `run_start` carries. Expectations are not yet judged.
-pub fn analyse_records(records: Vec<Record>) -> Report {
-    let start = records.iter().find_map(|r| match r {
-        Record::RunStart(start) => Some(start.clone()),
-        _ => None,
-    });
-    let mut report = crate::analysis::analyse(records);
-    if let Some(start) = start {
-        report.set_provenance(&start);
-    }
-    report
-}
-
-/// Writes `report.json` into `dir`, then renders report.md, report.html and junit.xml from it
-/// and the history.
-pub fn write_reports(dir: &Path, report: &Report) -> anyhow::Result<()> {
-    report.write(&dir.join("report.json"))?;
-    crate::report::render_all(dir)?;
-    Ok(())
 }
 
 struct Env<'a> {
@@ -292,10 +213,18 @@ impl Env<'_> {
             .await
             .map_err(|e| invalid("starting the sink", &e))?;
 
-        let fleet = Fleet::new(
-            self.fleet_config(&format!("ws://{upstream_addr}"), &sink.url()),
-            self.recorder.clone(),
-        );
+        let base = WorkerEnv {
+            table: table.to_string(),
+            lease_ms: s.lease.lease_ms,
+            renew_ms: s.lease.renew_ms,
+            skew_margin_ms: s.lease.skew_margin_ms,
+            upstream_url: format!("ws://{upstream_addr}"),
+            sink_url: sink.url(),
+            dynamodb_endpoint: self.endpoint.clone(),
+        };
+        let config =
+            FleetConfig::for_scenario(s, &base, self.bin.clone(), self.workers_dir.clone());
+        let fleet = Fleet::new(config, self.recorder.clone());
         let work = self.with_fleet(&fleet, &sink, &upstream, &streams);
         let result = (self.progress)
             .drive(work, || crate::report::Counters {
@@ -309,49 +238,6 @@ impl Env<'_> {
         sink.stop().await;
         upstream.shutdown().await;
         result
-    }
-
-    fn fleet_config(&self, upstream_url: &str, sink_url: &str) -> FleetConfig {
-        let s = self.scenario;
-        let seconds = |ms: u64| format!("{}", ms as f64 / 1000.0);
-        let mut env = BTreeMap::from([
-            (
-                "LEASE_TABLE".to_string(),
-                lease_table::DEFAULT_TABLE.to_string(),
-            ),
-            ("LEASE_SECONDS".to_string(), seconds(s.lease.lease_ms)),
-            ("RENEW_SECONDS".to_string(), seconds(s.lease.renew_ms)),
-            (
-                "SKEW_MARGIN_MS".to_string(),
-                s.lease.skew_margin_ms.to_string(),
-            ),
-            ("UPSTREAM_URL".to_string(), upstream_url.to_string()),
-            ("SINK_URL".to_string(), sink_url.to_string()),
-            ("AWS_ENDPOINT_URL".to_string(), self.endpoint.clone()),
-            ("AWS_ACCESS_KEY_ID".to_string(), "local".to_string()),
-            ("AWS_SECRET_ACCESS_KEY".to_string(), "local".to_string()),
-            ("AWS_REGION".to_string(), "us-east-1".to_string()),
-        ]);
-        if let Some(max) = s.fleet.max_streams {
-            env.insert("MAX_STREAMS".into(), max.to_string());
-        }
-        if let Some(ms) = s.fleet.drain_ms {
-            env.insert("DRAIN_SECONDS".into(), seconds(ms));
-        }
-        if let Some(ms) = s.fleet.scan_ms {
-            env.insert("SCAN_SECONDS".into(), seconds(ms));
-        }
-        if let Some(mode) = &s.fleet.acquire_mode {
-            env.insert("ACQUIRE_MODE".into(), mode.clone());
-        }
-        env.extend(s.fleet.env.clone());
-        FleetConfig {
-            bin: self.bin.clone(),
-            dir: self.workers_dir.clone(),
-            env,
-            worker_env: s.fleet.worker_env.clone(),
-            args: Vec::new(),
-        }
     }
 
     async fn with_fleet(
@@ -612,21 +498,6 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
-}
-
-/// The harness's own CPU time (user + system, ms) and peak RSS (bytes); children not included.
-pub fn self_usage() -> (u64, u64) {
-    // SAFETY: getrusage fills the struct we pass.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    let ms = |t: libc::timeval| t.tv_sec as u64 * 1000 + t.tv_usec as u64 / 1000;
-    (
-        ms(usage.ru_utime) + ms(usage.ru_stime),
-        usage.ru_maxrss as u64 * 1024,
-    )
 }
 
 #[cfg(test)]

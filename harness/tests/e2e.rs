@@ -123,7 +123,7 @@ fn a_kill_scenario_passes_and_leaves_no_process_behind() {
 
     // The report is recomputable from the history alone, and the rendered files from the
     // history and report.json.
-    let recomputed = harness::run::analyse_file(&out.join("history.jsonl")).unwrap();
+    let recomputed = harness::analysis::analyse_file(&out.join("history.jsonl")).unwrap();
     assert_eq!(
         serde_json::to_value(&recomputed.totals).unwrap(),
         report["totals"]
@@ -352,7 +352,9 @@ fn a_fleet_that_cannot_warm_up_fails_with_exit_1_and_a_reason() {
 fn a_kill_scenario_passes_on_moto() {
     let dir = tempfile::tempdir().unwrap();
     let timing = "\n[[expect]]\nmetric = \"totals.takeover_ms.max\"";
-    let cut = KILL_SCENARIO.find(timing).expect("the kill scenario bounds takeover time");
+    let cut = KILL_SCENARIO
+        .find(timing)
+        .expect("the kill scenario bounds takeover time");
     let (output, out) = run_scenario(
         dir.path(),
         "kill",

@@ -95,7 +95,8 @@ fn action_runs(lines: &[Value]) -> Vec<(String, Vec<String>)> {
 /// The runs the deploy plan calls for: per step, start the new workers, see each ready, then
 /// terminate the next old ones.
 fn planned_runs() -> Vec<(String, Vec<String>)> {
-    let steps = harness::faults::deploy_batches(WORKERS, MIN_HEALTHY_PERCENT, MAX_PERCENT).unwrap();
+    let steps =
+        harness::scenario::deploy_batches(WORKERS, MIN_HEALTHY_PERCENT, MAX_PERCENT).unwrap();
     let (mut next_old, mut next_new) = (1, WORKERS + 1);
     let mut runs = Vec::new();
     for step in steps {

@@ -15,7 +15,7 @@ use lease_protocol::{GapNotice, UpstreamFrame};
 use tokio::time::{Duration, Instant};
 
 use crate::feed::{Entry, Read, Stream};
-use crate::server::Shared;
+use crate::state::Shared;
 
 /// Close code when an admin drop or a drop fault closed the connection.
 pub const CLOSE_DROPPED: u16 = 4000;

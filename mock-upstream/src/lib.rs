@@ -10,6 +10,7 @@ mod connection;
 mod faults;
 mod feed;
 mod server;
+mod state;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -27,11 +28,11 @@ pub use config::{
 pub use connection::{CLOSE_DROPPED, CLOSE_GOING_AWAY, CLOSE_SLOW_CONSUMER};
 pub use faults::Faults;
 pub use feed::ProductionState;
-pub use server::Status;
+pub use state::Status;
 
 use faults::FaultState;
 use feed::Feed;
-use server::Shared;
+use state::Shared;
 
 /// How long [`UpstreamHandle::shutdown`] waits for connections to say goodbye.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);

@@ -85,8 +85,10 @@ async fn serves_named_streams_and_stops_on_sigterm() {
             "--rate",
             "100",
         ])
+        .env("RUST_LOG", "debug")
+        .env_remove("NO_COLOR")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("spawn mock-upstream");
     let mut guard = Guard(child);
@@ -137,4 +139,12 @@ async fn serves_named_streams_and_stops_on_sigterm() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert!(status.success(), "{status:?}");
+    // Logs go to a pipe here, as in CI and files: plain text, no ANSI colour codes.
+    let mut logs = String::new();
+    std::io::Read::read_to_string(&mut guard.0.stderr.take().unwrap(), &mut logs).unwrap();
+    assert!(!logs.is_empty(), "debug logging wrote nothing");
+    assert!(
+        !logs.contains('\x1b'),
+        "colour codes in piped logs:\n{logs}"
+    );
 }

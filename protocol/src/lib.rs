@@ -1,7 +1,10 @@
 //! Wire types shared by `mock-upstream`, `lease-worker` and the harness's fencing sink.
 //!
-//! One definition of each frame and batch (design §3 and §4), so the three programs cannot drift
-//! apart. This crate holds data and (de)serialisation only: no I/O, no clocks.
+//! One definition of each frame and batch (design §3 and §4), and of the worker's setting names
+//! ([`settings`], design §6), so the three programs cannot drift apart. This crate holds data
+//! and (de)serialisation only: no I/O, no clocks.
+
+pub mod settings;
 
 use serde::{Deserialize, Serialize};
 

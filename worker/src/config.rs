@@ -13,35 +13,16 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use lease_protocol::settings;
 
 /// Every environment variable the worker reads itself (the AWS SDK reads its own as well).
-pub const ENV_VARS: &[&str] = &[
-    "LEASE_TABLE",
-    "OWNER_ID",
-    "LEASE_SECONDS",
-    "RENEW_SECONDS",
-    "UPSTREAM_URL",
-    "SINK_URL",
-    "MAX_STREAMS",
-    "AWS_REGION",
-    "AWS_ENDPOINT_URL",
-    "METRICS_ADDR",
-    "METRICS_ADDR_FILE",
-    "DRAIN_SECONDS",
-    "SKEW_MARGIN_MS",
-    "SCAN_SECONDS",
-    "ACQUIRE_MODE",
-    "CHAOS_SKIP_DEADLINE_CHECK",
-    "LOG_FORMAT",
-    "BATCH_MAX_EVENTS",
-    "BATCH_MAX_DELAY_MS",
-    "FLEET_POLL_MS",
-    "RUST_LOG",
-    ECS_METADATA_ENV,
-];
+///
+/// A new setting is one line in [`lease_protocol::settings`], then `env = settings::NAME` on its
+/// flag below; `every_flag_reads_a_listed_setting` (tests/cli.rs) checks the two agree.
+pub const ENV_VARS: &[&str] = settings::ALL;
 
 /// Set by ECS in every container: base URL of the task metadata endpoint v4.
-pub const ECS_METADATA_ENV: &str = "ECS_CONTAINER_METADATA_URI_V4";
+pub const ECS_METADATA_ENV: &str = settings::ECS_CONTAINER_METADATA_URI_V4;
 
 pub const DEFAULT_LEASE_SECONDS: &str = "30";
 pub const DEFAULT_RENEW_SECONDS: &str = "10";
@@ -83,7 +64,7 @@ pub enum Command {
     /// Exit 0 when the worker's /readyz answers 200 (for container health checks), else 1.
     Health {
         /// Address of the worker's metrics listener; defaults to METRICS_ADDR with 0.0.0.0 → 127.0.0.1.
-        #[arg(long, env = "METRICS_ADDR", default_value = DEFAULT_METRICS_ADDR)]
+        #[arg(long, env = settings::METRICS_ADDR, default_value = DEFAULT_METRICS_ADDR)]
         addr: String,
     },
 }
@@ -92,66 +73,66 @@ pub enum Command {
 #[derive(Debug, Clone, Args)]
 pub struct RawConfig {
     /// DynamoDB lease table.
-    #[arg(long, env = "LEASE_TABLE", default_value = lease_table::DEFAULT_TABLE)]
+    #[arg(long, env = settings::LEASE_TABLE, default_value = lease_table::DEFAULT_TABLE)]
     pub lease_table: String,
     /// This worker's identity in the table [default: ECS task ARN, else host name and pid].
-    #[arg(long, env = "OWNER_ID")]
+    #[arg(long, env = settings::OWNER_ID)]
     pub owner_id: Option<String>,
     /// Lease length in seconds (fractions allowed).
-    #[arg(long, env = "LEASE_SECONDS", default_value = DEFAULT_LEASE_SECONDS)]
+    #[arg(long, env = settings::LEASE_SECONDS, default_value = DEFAULT_LEASE_SECONDS)]
     pub lease_seconds: String,
     /// Renew interval in seconds; must be shorter than the lease minus its safety margin.
-    #[arg(long, env = "RENEW_SECONDS", default_value = DEFAULT_RENEW_SECONDS)]
+    #[arg(long, env = settings::RENEW_SECONDS, default_value = DEFAULT_RENEW_SECONDS)]
     pub renew_seconds: String,
     /// Upstream WebSocket base URL (ws:// or wss://HOST:PORT); streams are at /streams/{id}?from=SEQ.
-    #[arg(long, env = "UPSTREAM_URL")]
+    #[arg(long, env = settings::UPSTREAM_URL)]
     pub upstream_url: Option<String>,
     /// Sink base URL (http:// or https://HOST:PORT); batches go to POST /streams/{id}/events.
-    #[arg(long, env = "SINK_URL")]
+    #[arg(long, env = settings::SINK_URL)]
     pub sink_url: Option<String>,
     /// Most streams this worker holds [default: no limit besides the fair share].
-    #[arg(long, env = "MAX_STREAMS")]
+    #[arg(long, env = settings::MAX_STREAMS)]
     pub max_streams: Option<String>,
     /// AWS region for DynamoDB [default: the SDK's chain].
-    #[arg(long, env = "AWS_REGION")]
+    #[arg(long, env = settings::AWS_REGION)]
     pub aws_region: Option<String>,
     /// DynamoDB endpoint override (DynamoDB Local) [default: the SDK's chain].
-    #[arg(long, env = "AWS_ENDPOINT_URL")]
+    #[arg(long, env = settings::AWS_ENDPOINT_URL)]
     pub aws_endpoint_url: Option<String>,
     /// Listener for /metrics, /healthz and /readyz (port 0 = any free port).
-    #[arg(long, env = "METRICS_ADDR", default_value = DEFAULT_METRICS_ADDR)]
+    #[arg(long, env = settings::METRICS_ADDR, default_value = DEFAULT_METRICS_ADDR)]
     pub metrics_addr: String,
     /// After binding, write the bound IP:PORT into this file (atomically).
-    #[arg(long, env = "METRICS_ADDR_FILE")]
+    #[arg(long, env = settings::METRICS_ADDR_FILE)]
     pub metrics_addr_file: Option<PathBuf>,
     /// Seconds allowed for a drain on SIGTERM/SIGINT (keep under ECS's stopTimeout).
-    #[arg(long, env = "DRAIN_SECONDS", default_value = DEFAULT_DRAIN_SECONDS)]
+    #[arg(long, env = settings::DRAIN_SECONDS, default_value = DEFAULT_DRAIN_SECONDS)]
     pub drain_seconds: String,
     /// Clock-skew margin in milliseconds added before trying an expired lease.
-    #[arg(long, env = "SKEW_MARGIN_MS", default_value = DEFAULT_SKEW_MARGIN_MS)]
+    #[arg(long, env = settings::SKEW_MARGIN_MS, default_value = DEFAULT_SKEW_MARGIN_MS)]
     pub skew_margin_ms: String,
     /// How often (ms) to read the fleet signal, which announces graceful releases (drains,
     /// sheds) so they are taken at once: one small eventually consistent GetItem each time
     /// (50 ms: 72,000 a worker-hour). 0 = never (released streams wait for the next scan).
-    #[arg(long, env = "FLEET_POLL_MS", default_value = DEFAULT_FLEET_POLL_MS)]
+    #[arg(long, env = settings::FLEET_POLL_MS, default_value = DEFAULT_FLEET_POLL_MS)]
     pub fleet_poll_ms: String,
     /// Discovery scan interval in seconds [default: RENEW_SECONDS].
-    #[arg(long, env = "SCAN_SECONDS")]
+    #[arg(long, env = settings::SCAN_SECONDS)]
     pub scan_seconds: Option<String>,
     /// `expiry-aware` (try a held lease right when it expires) or `poll` (scan only).
-    #[arg(long, env = "ACQUIRE_MODE", default_value = "expiry-aware")]
+    #[arg(long, env = settings::ACQUIRE_MODE, default_value = "expiry-aware")]
     pub acquire_mode: String,
     /// TEST ONLY: skip the local-deadline check (a zombie writer for the harness). Never in production.
-    #[arg(long, env = "CHAOS_SKIP_DEADLINE_CHECK", default_value = "false")]
+    #[arg(long, env = settings::CHAOS_SKIP_DEADLINE_CHECK, default_value = "false")]
     pub chaos_skip_deadline_check: String,
     /// Log format: `text` or `json` (one object a line).
-    #[arg(long, env = "LOG_FORMAT", default_value = "text")]
+    #[arg(long, env = settings::LOG_FORMAT, default_value = "text")]
     pub log_format: String,
     /// Most events in one sink batch.
-    #[arg(long, env = "BATCH_MAX_EVENTS", default_value = DEFAULT_BATCH_MAX_EVENTS)]
+    #[arg(long, env = settings::BATCH_MAX_EVENTS, default_value = DEFAULT_BATCH_MAX_EVENTS)]
     pub batch_max_events: String,
     /// Longest an event waits in a batch before it is sent, in milliseconds.
-    #[arg(long, env = "BATCH_MAX_DELAY_MS", default_value = DEFAULT_BATCH_MAX_DELAY_MS)]
+    #[arg(long, env = settings::BATCH_MAX_DELAY_MS, default_value = DEFAULT_BATCH_MAX_DELAY_MS)]
     pub batch_max_delay_ms: String,
 }
 

@@ -22,14 +22,20 @@ pub use lease::DYNAMODB_ACTIONS;
 pub use run::{run, RunError, RunSummary};
 
 /// Installs the global `tracing` subscriber: human text, or one JSON object a line.
-/// `RUST_LOG` refines the default filter (`info`, quieter AWS/HTTP internals).
+/// `RUST_LOG` refines the default filter (`info`, quieter AWS/HTTP internals). Text is coloured
+/// only on a terminal and without `NO_COLOR`.
 pub fn init_tracing(format: config::LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         EnvFilter::new("info,aws_config=warn,aws_smithy_runtime=warn,hyper=warn,tungstenite=warn")
     });
+    // Colour only for a person at a terminal: never in files, pipes or CloudWatch, nor when
+    // NO_COLOR is set (no-color.org).
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     let _ = match format {
         config::LogFormat::Text => builder.with_target(false).try_init(),

@@ -1,7 +1,11 @@
 //! The binary's edges: refused configurations exit 2 with one clear line, `--help` documents
 //! every variable, and `health` reflects `/readyz`.
 
+use std::collections::BTreeSet;
 use std::process::{Command, Output};
+
+use clap::CommandFactory;
+use lease_protocol::settings;
 
 fn worker(envs: &[(&str, &str)], args: &[&str]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_lease-worker"));
@@ -62,15 +66,35 @@ fn help_documents_every_variable() {
     let out = worker(&[], &["--help"]);
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
-    for name in lease_worker::ENV_VARS {
-        if ["RUST_LOG", "ECS_CONTAINER_METADATA_URI_V4"].contains(name) {
-            continue;
-        }
+    for name in settings::FLAGS {
         assert!(
             help.contains(&format!("env: {name}")),
             "--help lacks {name}:\n{help}"
         );
     }
+}
+
+/// The setting names have one definition (`lease_protocol::settings`): a flag reading a variable
+/// that is not listed there would be missed by the harness's managed list and the deploy checks.
+#[test]
+fn every_flag_reads_a_listed_setting() {
+    fn envs(command: &clap::Command, into: &mut BTreeSet<String>) {
+        for arg in command.get_arguments() {
+            if let Some(env) = arg.get_env() {
+                into.insert(env.to_string_lossy().into_owned());
+            }
+        }
+        for sub in command.get_subcommands() {
+            envs(sub, into);
+        }
+    }
+    let mut read = BTreeSet::new();
+    envs(&lease_worker::Cli::command(), &mut read);
+    let listed: BTreeSet<String> = settings::FLAGS.iter().map(|s| s.to_string()).collect();
+    assert_eq!(
+        read, listed,
+        "the worker's flags and lease_protocol::settings::FLAGS must name the same variables"
+    );
 }
 
 #[test]

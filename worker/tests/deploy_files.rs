@@ -45,6 +45,18 @@ const LEFT_UNSET: &[(&str, &str)] = &[
         "ECS_CONTAINER_METADATA_URI_V4",
         "ECS sets it in every container; the worker reads its task ARN there",
     ),
+    (
+        "NO_COLOR",
+        "logs reach CloudWatch through a pipe, never a terminal, so they are never coloured",
+    ),
+    (
+        "SSL_CERT_FILE",
+        "only to trust a private CA; the image's system store covers public endpoints",
+    ),
+    (
+        "SSL_CERT_DIR",
+        "only to trust a private CA; the image's system store covers public endpoints",
+    ),
 ];
 
 /// The task definition's container that runs `lease-worker`.

@@ -9,11 +9,12 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
+use lease_protocol::settings;
 use lease_table::LeaseItem;
 use tokio::time::Instant;
 
 use super::metrics;
-use crate::fleet::{Fleet, FleetConfig};
+use crate::fleet::{Fleet, FleetConfig, WorkerEnv};
 use crate::history::{HistoryWriter, Phase, Record, Recorder, RunEnd, RunStart};
 use crate::sink::Sink;
 
@@ -107,25 +108,19 @@ impl Lab {
         upstream_config.rate = spec.rate;
         let (upstream_addr, upstream) = mock_upstream::start(upstream_config).await?;
         let sink = Sink::start(recorder.clone(), true).await?;
-        let seconds = |ms: u64| format!("{}", ms as f64 / 1000.0);
-        let mut env = BTreeMap::from([
-            ("LEASE_TABLE".to_string(), table.clone()),
-            ("LEASE_SECONDS".to_string(), seconds(spec.lease_ms)),
-            ("RENEW_SECONDS".to_string(), seconds(spec.renew_ms)),
-            (
-                "SKEW_MARGIN_MS".to_string(),
-                spec.skew_margin_ms.to_string(),
-            ),
-            ("UPSTREAM_URL".to_string(), format!("ws://{upstream_addr}")),
-            ("SINK_URL".to_string(), sink.url()),
-            ("AWS_ENDPOINT_URL".to_string(), endpoint.to_string()),
-            ("AWS_ACCESS_KEY_ID".to_string(), "local".to_string()),
-            ("AWS_SECRET_ACCESS_KEY".to_string(), "local".to_string()),
-            ("AWS_REGION".to_string(), "us-east-1".to_string()),
-            ("LOG_FORMAT".to_string(), "json".to_string()),
-        ]);
+        let mut env = WorkerEnv {
+            table: table.clone(),
+            lease_ms: spec.lease_ms,
+            renew_ms: spec.renew_ms,
+            skew_margin_ms: spec.skew_margin_ms,
+            upstream_url: format!("ws://{upstream_addr}"),
+            sink_url: sink.url(),
+            dynamodb_endpoint: endpoint.to_string(),
+        }
+        .env();
+        env.insert(settings::LOG_FORMAT.to_string(), "json".to_string());
         if let Some(mode) = &spec.mode {
-            env.insert("ACQUIRE_MODE".into(), mode.clone());
+            env.insert(settings::ACQUIRE_MODE.into(), mode.clone());
         }
         env.extend(spec.env.clone());
         let fleet = Fleet::new(
@@ -262,7 +257,7 @@ impl Lab {
         }
         self.sink.stop().await;
         self.upstream.shutdown().await;
-        let (cpu_ms, rss) = crate::run::self_usage();
+        let (cpu_ms, rss) = crate::usage::self_usage();
         self.recorder.record(Record::RunEnd(RunEnd {
             t_ms: self.recorder.now_ms(),
             errors: Vec::new(),

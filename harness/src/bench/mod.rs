@@ -282,9 +282,15 @@ async fn takeover_main(
         takeover::run(&options).await,
         |bench| output::write_takeover(&options.out, bench, &command_line()),
         |bench| {
-            print!("{}", output::takeover_table(bench));
+            print!(
+                "{}",
+                crate::report::table_markdown(&output::takeover_table(bench))
+            );
             println!();
-            print!("{}", output::cost_table(bench));
+            print!(
+                "{}",
+                crate::report::table_markdown(&output::cost_table(bench))
+            );
             for e in &bench.errors {
                 eprintln!("warning: {e}");
             }
@@ -327,7 +333,10 @@ async fn throughput_main(
         throughput::run(&options).await,
         |result| throughput::write(&options.out, result, &command_line()),
         |result| {
-            print!("{}", throughput::table(result));
+            print!(
+                "{}",
+                crate::report::table_markdown(&throughput::table(result))
+            );
             println!("  written: {}", options.out.join("bench.json").display());
         },
     )

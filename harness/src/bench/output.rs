@@ -9,6 +9,7 @@ use plotters::prelude::*;
 use super::stats::{Dist, Kind};
 use super::takeover::{TakeoverBench, MODES};
 use crate::chart_kit::{legend, mesh, palette, svg, swatch, FONT};
+use crate::report::{html_escape, table_html, table_markdown, Cell, Table};
 
 /// Chart width in pixels.
 const WIDTH: u32 = 1000;
@@ -41,94 +42,142 @@ fn dist(d: &Dist) -> String {
     format!("{} / {} / {}", ms(d.p50), ms(d.p99), ms(d.max))
 }
 
-/// The takeover table (Markdown), also printed.
-pub fn takeover_table(bench: &TakeoverBench) -> String {
-    let mut t = String::new();
-    let _ = writeln!(
-        t,
-        "| lease ms | renew ms | mode | kind | samples | takeover p50 / p99 / max ms | overhead p50 / p99 / max ms | fault→acquired p50 / p99 ms | acquired→accepted p50 / p99 ms |"
-    );
-    let _ = writeln!(t, "|---:|---:|---|---|---:|---|---|---|---|");
-    for r in &bench.takeover {
-        let _ = writeln!(
-            t,
-            "| {} | {} | {} | {} | {} | {} | {} | {} / {} | {} / {} |",
-            r.lease_ms,
-            r.renew_ms,
-            r.mode,
-            r.kind.name(),
-            r.samples,
-            dist(&r.takeover_ms),
-            dist(&r.overhead_ms),
-            ms(r.to_acquired_ms.p50),
-            ms(r.to_acquired_ms.p99),
-            ms(r.acquired_to_accepted_ms.p50),
-            ms(r.acquired_to_accepted_ms.p99),
-        );
-    }
-    t
+fn headers(names: &[&str]) -> Vec<String> {
+    names.iter().map(|h| h.to_string()).collect()
 }
 
-/// Where the time goes (Markdown): p50 / p99 of each phase, per lease, mode and kind.
-pub fn phase_table(bench: &TakeoverBench) -> String {
-    let mut t = String::new();
-    let _ = writeln!(
-        t,
-        "| lease ms | mode | kind | detection beyond the floor | acquire round trip | connect | socket → first frame | first frame → accepted |"
-    );
-    let _ = writeln!(t, "|---:|---|---|---|---|---|---|---|");
+/// A table of the bench in the report's model, so markdown and HTML come from one renderer.
+fn table(id: &'static str, title: &str, headers: Vec<String>, rows: Vec<Vec<Cell>>) -> Table {
+    Table {
+        id,
+        title: title.to_string(),
+        intro: None,
+        headers,
+        rows,
+        note: None,
+    }
+}
+
+/// The takeover table, also printed.
+pub fn takeover_table(bench: &TakeoverBench) -> Table {
+    let rows = bench
+        .takeover
+        .iter()
+        .map(|r| {
+            vec![
+                r.lease_ms.to_string().into(),
+                r.renew_ms.to_string().into(),
+                r.mode.clone().into(),
+                r.kind.name().into(),
+                r.samples.to_string().into(),
+                dist(&r.takeover_ms).into(),
+                dist(&r.overhead_ms).into(),
+                format!(
+                    "{} / {}",
+                    ms(r.to_acquired_ms.p50),
+                    ms(r.to_acquired_ms.p99)
+                )
+                .into(),
+                format!(
+                    "{} / {}",
+                    ms(r.acquired_to_accepted_ms.p50),
+                    ms(r.acquired_to_accepted_ms.p99)
+                )
+                .into(),
+            ]
+        })
+        .collect();
+    let headers = headers(&[
+        "lease ms",
+        "renew ms",
+        "mode",
+        "kind",
+        "samples",
+        "takeover p50 / p99 / max ms",
+        "overhead p50 / p99 / max ms",
+        "fault→acquired p50 / p99 ms",
+        "acquired→accepted p50 / p99 ms",
+    ]);
+    table("takeover", "Takeover", headers, rows)
+}
+
+/// Where the time goes: p50 / p99 of each phase, per lease, mode and kind.
+pub fn phase_table(bench: &TakeoverBench) -> Table {
     let pair = |d: &Dist| match (d.p50, d.p99) {
         (Some(a), Some(b)) => format!("{a} / {b}"),
         _ => "–".to_string(),
     };
-    for r in &bench.takeover {
-        let detect = match (r.detect_ms.p50, r.detect_ms.p99, r.detect_ms.min) {
-            (Some(a), Some(b), Some(lo)) if lo < 0 => format!("{a} / {b} (min {lo})"),
-            _ => pair(&r.detect_ms),
-        };
-        let _ = writeln!(
-            t,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
-            r.lease_ms,
-            r.mode,
-            r.kind.name(),
-            detect,
-            pair(&r.acquire_ms),
-            pair(&r.connect_ms),
-            pair(&r.replay_ms),
-            pair(&r.first_accept_ms),
-        );
-    }
+    let rows = bench
+        .takeover
+        .iter()
+        .map(|r| {
+            let detect = match (r.detect_ms.p50, r.detect_ms.p99, r.detect_ms.min) {
+                (Some(a), Some(b), Some(lo)) if lo < 0 => format!("{a} / {b} (min {lo})"),
+                _ => pair(&r.detect_ms),
+            };
+            vec![
+                r.lease_ms.to_string().into(),
+                r.mode.clone().into(),
+                r.kind.name().into(),
+                detect.into(),
+                pair(&r.acquire_ms).into(),
+                pair(&r.connect_ms).into(),
+                pair(&r.replay_ms).into(),
+                pair(&r.first_accept_ms).into(),
+            ]
+        })
+        .collect();
+    let headers = headers(&[
+        "lease ms",
+        "mode",
+        "kind",
+        "detection beyond the floor",
+        "acquire round trip",
+        "connect",
+        "socket → first frame",
+        "first frame → accepted",
+    ]);
+    let mut t = table(
+        "phases",
+        "Where the time goes (p50 / p99 ms)",
+        headers,
+        rows,
+    );
+    t.intro = Some("From each new owner's `first batch accepted` log line. Detection: from the fault to the acquire request, less the floor (crash: how late after the lease and skew ran out the new owner asked; negative = it asked before the floor estimate, a lease renewed after the table read at the kill; handoff: the old owner's flush and release plus the fleet signal's notice).".to_string());
     t
 }
 
-/// The cost table (Markdown).
-pub fn cost_table(bench: &TakeoverBench) -> String {
-    let mut t = String::new();
-    let _ = writeln!(
-        t,
-        "| lease ms | renew ms | measured req/stream/h (expiry-aware) | measured (poll) | formula 3600/renew + checkpoints | by op (expiry-aware) |"
-    );
-    let _ = writeln!(t, "|---:|---:|---:|---:|---:|---|");
-    for c in &bench.cost {
-        let ops: Vec<String> = c
-            .by_op
-            .iter()
-            .filter(|(_, v)| **v > 0.0)
-            .map(|(k, v)| format!("{k} {v:.0}"))
-            .collect();
-        let _ = writeln!(
-            t,
-            "| {} | {} | {:.0} | {:.0} | {:.0} | {} |",
-            c.lease_ms,
-            c.renew_ms,
-            c.requests_per_stream_hour_measured,
-            c.requests_per_stream_hour_measured_poll,
-            c.requests_per_stream_hour_formula,
-            ops.join(", ")
-        );
-    }
-    t
+/// The cost table.
+pub fn cost_table(bench: &TakeoverBench) -> Table {
+    let rows = bench
+        .cost
+        .iter()
+        .map(|c| {
+            let ops: Vec<String> = c
+                .by_op
+                .iter()
+                .filter(|(_, v)| **v > 0.0)
+                .map(|(k, v)| format!("{k} {v:.0}"))
+                .collect();
+            vec![
+                c.lease_ms.to_string().into(),
+                c.renew_ms.to_string().into(),
+                format!("{:.0}", c.requests_per_stream_hour_measured).into(),
+                format!("{:.0}", c.requests_per_stream_hour_measured_poll).into(),
+                format!("{:.0}", c.requests_per_stream_hour_formula).into(),
+                ops.join(", ").into(),
+            ]
+        })
+        .collect();
+    let headers = headers(&[
+        "lease ms",
+        "renew ms",
+        "measured req/stream/h (expiry-aware)",
+        "measured (poll)",
+        "formula 3600/renew + checkpoints",
+        "by op (expiry-aware)",
+    ]);
+    table("cost", "DynamoDB cost", headers, rows)
 }
 
 /// Writes bench.json, bench.md, bench.html and samples.csv into `dir`.
@@ -187,12 +236,9 @@ pub fn write_takeover(dir: &Path, bench: &TakeoverBench, command: &str) -> anyho
         c.seed
     );
     let _ = writeln!(md, "overhead = takeover_ms − floor (crash: lease remaining at the kill + skew margin; handoff: 0). fault→acquired: from the signal to the new owner's `stream acquired` log line (detection + acquire round trip); acquired→accepted: upstream connect + replay + first accepted batch.\n");
-    md.push_str(&takeover_table(bench));
-    let _ = writeln!(md, "\n## Where the time goes (p50 / p99 ms)\n");
-    let _ = writeln!(md, "From each new owner's `first batch accepted` log line. Detection: from the fault to the acquire request, less the floor (crash: how late after the lease and skew ran out the new owner asked; negative = it asked before the floor estimate, a lease renewed after the table read at the kill; handoff: the old owner's flush and release plus the fleet signal's notice).\n");
-    md.push_str(&phase_table(bench));
-    let _ = writeln!(md, "\n## DynamoDB cost\n");
-    md.push_str(&cost_table(bench));
+    for table in [takeover_table(bench), phase_table(bench), cost_table(bench)] {
+        md.push_str(&table_markdown(&table));
+    }
     if !bench.errors.is_empty() {
         let _ = writeln!(md, "\n## Problems\n");
         for e in &bench.errors {
@@ -205,42 +251,23 @@ pub fn write_takeover(dir: &Path, bench: &TakeoverBench, command: &str) -> anyho
     let _ = write!(
         html,
         "<h1>harness bench takeover</h1><p><code>{}</code></p>",
-        escape(command)
+        html_escape(command)
     );
     if bench.interrupted {
         html.push_str("<p><strong>Interrupted by a signal</strong>: only what was measured before it is here.</p>");
     }
-    html.push_str(&md_table_to_html(&takeover_table(bench)));
-    html.push_str("<h2>Where the time goes (p50 / p99 ms)</h2>");
-    html.push_str(&md_table_to_html(&phase_table(bench)));
+    html.push_str(&table_html(&takeover_table(bench)));
+    html.push_str(&table_html(&phase_table(bench)));
     html.push_str("<h2>Overhead above the floor, crash takeovers</h2>");
     html.push_str(&overhead_cdf(bench, Kind::Crash)?);
     html.push_str("<h2>Graceful handoff (floor 0)</h2>");
     html.push_str(&overhead_cdf(bench, Kind::Handoff)?);
     html.push_str("<h2>Cost against takeover time</h2><p>Each point is one lease setting: DynamoDB requests per stream per hour (measured) against the p99 crash takeover.</p>");
     html.push_str(&tradeoff(bench)?);
-    html.push_str(&md_table_to_html(&cost_table(bench)));
+    html.push_str(&table_html(&cost_table(bench)));
     html.push_str("</body></html>\n");
     std::fs::write(dir.join("bench.html"), html)?;
     Ok(())
-}
-
-/// Minimal Markdown-table → HTML table.
-pub fn md_table_to_html(md: &str) -> String {
-    let mut out = String::from("<table>");
-    for (i, line) in md.lines().enumerate() {
-        if i == 1 || !line.starts_with('|') {
-            continue;
-        }
-        let tag = if i == 0 { "th" } else { "td" };
-        out.push_str("<tr>");
-        for cell in line.trim_matches('|').split('|') {
-            let _ = write!(out, "<{tag}>{}</{tag}>", escape(cell.trim()));
-        }
-        out.push_str("</tr>");
-    }
-    out.push_str("</table>");
-    out
 }
 
 /// CDF of overhead_ms (log x axis), one line per (lease, mode): colour = lease, dashed = poll.
@@ -382,14 +409,6 @@ fn tradeoff(bench: &TakeoverBench) -> anyhow::Result<String> {
     })
 }
 
-/// Escapes text for HTML.
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -486,8 +505,16 @@ mod tests {
         ] {
             assert!(html.contains(label), "{label} is drawn");
         }
+        // The tables come from the report's renderer: the same model in both files.
+        for id in ["takeover", "phases", "cost"] {
+            assert!(html.contains(&format!("<section id=\"{id}\">")), "{id}");
+        }
         let md = std::fs::read_to_string(dir.path().join("bench.md")).unwrap();
         assert!(md.contains("## Problems\n\n- lease 1000 ms: <too short>"));
+        assert!(
+            md.contains("## Takeover\n\n| lease ms | renew ms | mode |"),
+            "{md}"
+        );
         assert!(md.contains("## Where the time goes"));
         assert!(
             md.contains("| 8 / 8 | 2 / 2 | 1 / 1 |"),

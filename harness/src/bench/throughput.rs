@@ -7,7 +7,6 @@
 //! when the events accepted during its window are at least [`SUSTAINED`] of those produced.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -16,6 +15,7 @@ use tokio::time::Instant;
 
 use super::lab::{self, Lab, LabSpec};
 use super::metrics;
+use crate::report::{table_markdown, Cell, Table};
 
 /// Accepted / produced in a step's window for the step to count as sustained.
 pub const SUSTAINED: f64 = 0.97;
@@ -226,7 +226,7 @@ async fn measure(
         let produced0 = lab.upstream.events_produced();
         let accepted0 = lab.sink.accepted();
         let (worker_cpu0, _) = fleet_usage(&lab);
-        let (harness_cpu0, _) = crate::run::self_usage();
+        let (harness_cpu0, _) = crate::usage::self_usage();
         let machine0 = metrics::machine_busy_ms();
         let started = Instant::now();
         tokio::time::sleep(Duration::from_millis(options.step_ms)).await;
@@ -234,7 +234,7 @@ async fn measure(
         let produced = lab.upstream.events_produced() - produced0;
         let accepted = lab.sink.accepted() - accepted0;
         let (worker_cpu1, rss) = fleet_usage(&lab);
-        let (harness_cpu1, _) = crate::run::self_usage();
+        let (harness_cpu1, _) = crate::usage::self_usage();
         let machine1 = metrics::machine_busy_ms();
         let seconds = window_ms as f64 / 1000.0;
         let worker_cores = (worker_cpu1.saturating_sub(worker_cpu0)) as f64 / window_ms as f64;
@@ -275,32 +275,38 @@ async fn measure(
     result
 }
 
-/// The steps as a Markdown table.
-pub fn table(t: &Throughput) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "| streams | rate/stream | produced/s | accepted/s | sustained | worker cores | events/s per worker core | worker RSS per stream | harness CPU (of machine) |"
-    );
-    let _ = writeln!(s, "|---:|---:|---:|---:|---|---:|---:|---:|---:|");
-    for st in &t.steps {
-        let _ = writeln!(
-            s,
-            "| {} | {} | {:.0} | {:.0} | {} | {:.2} | {:.0} | {:.0} KiB | {:.0} % |",
-            st.streams,
-            st.rate_per_stream,
-            st.produced_per_s,
-            st.accepted_per_s,
-            if st.sustained { "yes" } else { "no" },
-            st.worker_cores,
-            st.events_per_s_per_worker_core,
-            st.worker_rss_bytes_per_stream / 1024.0,
-            st.harness_cpu_share * 100.0
-        );
-    }
-    let _ = writeln!(
-        s,
-        "\nhighest sustained: {:.0} events/s end to end ({} streams × {} events/s), {:.0} events/s per worker core, {} workers ({:.0} streams per worker; most streams sustained: {}), {:.0} KiB worker RSS per stream, harness {:.0} % of the machine's CPU ({} cores)",
+/// The steps as a table in the report's model (printed and written as markdown).
+pub fn table(t: &Throughput) -> Table {
+    let rows = t
+        .steps
+        .iter()
+        .map(|st| -> Vec<Cell> {
+            vec![
+                st.streams.to_string().into(),
+                st.rate_per_stream.to_string().into(),
+                format!("{:.0}", st.produced_per_s).into(),
+                format!("{:.0}", st.accepted_per_s).into(),
+                if st.sustained { "yes" } else { "no" }.into(),
+                format!("{:.2}", st.worker_cores).into(),
+                format!("{:.0}", st.events_per_s_per_worker_core).into(),
+                format!("{:.0} KiB", st.worker_rss_bytes_per_stream / 1024.0).into(),
+                format!("{:.0} %", st.harness_cpu_share * 100.0).into(),
+            ]
+        })
+        .collect();
+    let headers = [
+        "streams",
+        "rate/stream",
+        "produced/s",
+        "accepted/s",
+        "sustained",
+        "worker cores",
+        "events/s per worker core",
+        "worker RSS per stream",
+        "harness CPU (of machine)",
+    ];
+    let note = format!(
+        "highest sustained: {:.0} events/s end to end ({} streams × {} events/s), {:.0} events/s per worker core, {} workers ({:.0} streams per worker; most streams sustained: {}), {:.0} KiB worker RSS per stream, harness {:.0} % of the machine's CPU ({} cores)",
         t.events_per_s,
         t.streams,
         t.rate_per_stream,
@@ -312,7 +318,14 @@ pub fn table(t: &Throughput) -> String {
         t.harness_cpu_share * 100.0,
         t.cores
     );
-    s
+    Table {
+        id: "throughput",
+        title: "Throughput steps".to_string(),
+        intro: None,
+        headers: headers.iter().map(|h| h.to_string()).collect(),
+        rows,
+        note: Some(note),
+    }
 }
 
 /// Merges `throughput` into bench.json and writes throughput.md.
@@ -327,7 +340,7 @@ pub fn write(dir: &Path, t: &Throughput, command: &str) -> anyhow::Result<()> {
     };
     let md = format!(
         "# harness bench throughput\n\n`{command}`\n\n{note}{}",
-        table(t)
+        table_markdown(&table(t))
     );
     std::fs::write(dir.join("throughput.md"), md)?;
     Ok(())

@@ -107,7 +107,8 @@ const CHECK_SCRIPT: &str = r#"
 })();
 "#;
 
-fn table(out: &mut String, t: &Table) {
+/// Renders one table (used for every table of the document, and by the bench).
+pub(super) fn table(out: &mut String, t: &Table) {
     let _ = writeln!(out, "<section id=\"{}\">", t.id);
     let _ = writeln!(out, "<h2>{}</h2>", escape(&t.title));
     if let Some(intro) = &t.intro {

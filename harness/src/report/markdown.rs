@@ -75,7 +75,8 @@ fn cell(c: &Cell) -> String {
     }
 }
 
-fn table(out: &mut String, t: &Table) {
+/// Renders one table (used for every table of the document, and by the bench).
+pub(super) fn table(out: &mut String, t: &Table) {
     let _ = writeln!(out, "## {}\n", escape(&t.title));
     if let Some(intro) = &t.intro {
         let _ = writeln!(out, "{}\n", escape(intro));

@@ -22,9 +22,11 @@ use anyhow::Context;
 use crate::history::{self, Record};
 use crate::report_json::Report;
 
+pub use html::escape as html_escape;
 pub use junit::suite as junit_suite;
 pub use markdown::verdict_line;
 pub use progress::{phase_label, Counters, LogWriter, Progress, PLAIN_INTERVAL};
+pub use tables::{Cell, Table};
 pub use view::{RunView, MAX_TIMELINE_ROWS};
 
 /// The history file in a run directory.
@@ -52,6 +54,29 @@ pub struct Paths {
     pub junit: PathBuf,
     /// `passed` of the report.json they were rendered from.
     pub passed: bool,
+}
+
+/// Writes `report.json` into `dir`, then renders report.md, report.html and junit.xml from it
+/// and the history.
+pub fn write_reports(dir: &Path, report: &Report) -> anyhow::Result<()> {
+    report.write(&dir.join(REPORT_FILE))?;
+    render_all(dir)?;
+    Ok(())
+}
+
+/// One table as markdown (a `##` title, intro, rows, note): the rendering `report.md` uses,
+/// shared with the bench's files.
+pub fn table_markdown(t: &Table) -> String {
+    let mut out = String::new();
+    markdown::table(&mut out, t);
+    out
+}
+
+/// One table as an HTML `<section>`: the rendering `report.html` uses, shared with the bench's.
+pub fn table_html(t: &Table) -> String {
+    let mut out = String::new();
+    html::table(&mut out, t);
+    out
 }
 
 /// Renders the three documents from a history's records and its report.

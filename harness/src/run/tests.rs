@@ -1,4 +1,4 @@
-use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 
 use super::*;
 
@@ -57,7 +57,7 @@ fn random_targets(scenario: &Scenario, running: &[String]) -> Vec<String> {
 #[test]
 fn the_command_line_seed_overrides_the_scenarios_and_decides_the_random_targets() {
     let dir = tempfile::tempdir().unwrap();
-    let running: Vec<String> = (1..=4).map(crate::scenario::worker_name).collect();
+    let running: Vec<String> = (1..=4).map(crate::worker_id::worker_name).collect();
 
     let own = prepare(&options(dir.path(), None)).unwrap();
     assert_eq!(own.run.seed, 3, "without --seed the scenario's seed holds");
@@ -80,56 +80,4 @@ fn the_command_line_seed_overrides_the_scenarios_and_decides_the_random_targets(
         random_targets(&overridden, &running),
         random_targets(&own, &running)
     );
-}
-
-/// An executable shell script in `dir`.
-fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path
-}
-
-#[tokio::test]
-async fn the_worker_version_is_the_first_line_it_prints() {
-    let dir = tempfile::tempdir().unwrap();
-    let bin = script(
-        dir.path(),
-        "worker",
-        r#"[ "$1" = --version ] || exit 9
-echo
-echo "lease-worker 9.8.7"
-echo "more detail""#,
-    );
-    let v = versions(&bin).await;
-    assert_eq!(v.harness, env!("CARGO_PKG_VERSION"));
-    assert_eq!(v.worker.as_deref(), Some("lease-worker 9.8.7"));
-    assert_eq!(v.worker_error, None);
-}
-
-#[tokio::test]
-async fn a_worker_that_cannot_say_its_version_is_recorded_not_fatal() {
-    let dir = tempfile::tempdir().unwrap();
-    let bin = script(
-        dir.path(),
-        "old-worker",
-        "echo \"error: unexpected argument '--version'\" >&2; exit 2",
-    );
-    let v = versions(&bin).await;
-    assert_eq!(v.worker, None);
-    let error = v.worker_error.unwrap();
-    assert!(error.contains("old-worker --version"), "{error}");
-    assert!(error.contains("exit status: 2"), "{error}");
-    assert!(error.contains("unexpected argument '--version'"), "{error}");
-
-    let v = versions(&dir.path().join("missing")).await;
-    assert_eq!(v.worker, None);
-    assert!(
-        v.worker_error
-            .as_deref()
-            .unwrap()
-            .contains("could not be run"),
-        "{v:?}"
-    );
-    assert_eq!(v.harness, HARNESS_VERSION);
 }

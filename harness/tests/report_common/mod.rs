@@ -363,7 +363,7 @@ pub fn write_run(dir: &Path, records: &[Record], failing: bool) -> Report {
         lines.push('\n');
     }
     std::fs::write(dir.join("history.jsonl"), lines).expect("write history");
-    let mut report = harness::run::analyse_records(records.to_vec());
+    let mut report = harness::analysis::analyse_records(records.to_vec());
     judge(&mut report, &expectations(failing));
     report
         .write(&dir.join("report.json"))

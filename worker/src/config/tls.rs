@@ -8,6 +8,7 @@
 
 use std::sync::{Arc, OnceLock};
 
+use lease_protocol::settings;
 use rustls::crypto::aws_lc_rs;
 use rustls::{ClientConfig, RootCertStore};
 use tokio_tungstenite::Connector;
@@ -15,7 +16,7 @@ use tokio_tungstenite::Connector;
 use super::{Config, ConfigError};
 
 /// The environment variables that replace the system CA store when set.
-pub const CA_ENV_VARS: [&str; 2] = ["SSL_CERT_FILE", "SSL_CERT_DIR"];
+pub const CA_ENV_VARS: [&str; 2] = [settings::SSL_CERT_FILE, settings::SSL_CERT_DIR];
 
 /// Makes aws-lc-rs the process's rustls provider unless one is installed already.
 ///
