@@ -1,7 +1,17 @@
 //! Fault injection: resolving a target at the instant of injection, and executing each action
 //! against the fleet (signals, scale-out, ECS-style rolling deploys). Every injection is
 //! recorded as an `action` line with what the target owned at that instant, read from the lease
-//! table just before the signal is sent.
+//! table just before the signal is sent. The menu beyond signals (links, DynamoDB, clocks,
+//! upstream, sink) is in the submodules.
+
+pub mod clock;
+pub mod ddb_http;
+pub mod links;
+mod menu;
+pub mod proxy;
+pub mod sink_hook;
+
+pub use menu::{check_environment, prepare_kit, FaultKit};
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -31,6 +41,8 @@ pub struct Injector {
     pub recorder: Recorder,
     /// Problems met while injecting; each fails the run.
     pub errors: Arc<Mutex<Vec<String>>>,
+    /// What the fault menu acts on (proxies, clocks, sink, upstream).
+    pub kit: Arc<FaultKit>,
 }
 
 impl Injector {
@@ -51,6 +63,7 @@ impl Injector {
 
     async fn try_inject(&self, index: usize, fault: &Fault, draw: u64) -> anyhow::Result<()> {
         match &fault.action {
+            FaultAction::Menu(action) => self.inject_menu(index, action, draw).await?,
             FaultAction::Kill { target } => {
                 let items = self.snapshot().await?;
                 let name = self.resolve(target, &items, draw)?;
@@ -192,6 +205,7 @@ impl Injector {
                 .ok_or_else(|| anyhow::anyhow!("no running worker to pick at random")),
             Target::Busiest => busiest(&running, items, lease_table::now_ms())
                 .ok_or_else(|| anyhow::anyhow!("no running worker to pick as the busiest")),
+            Target::All => anyhow::bail!("target all names several workers, not one"),
         }
     }
 
@@ -231,6 +245,7 @@ impl Injector {
             target: name.to_string(),
             fault: Some(index),
             streams,
+            ..Action::default()
         }));
     }
 
@@ -241,6 +256,7 @@ impl Injector {
             target: target.to_string(),
             fault: Some(index),
             streams,
+            ..Action::default()
         }));
     }
 }

@@ -26,7 +26,7 @@ mod binary;
 mod config;
 
 pub use binary::{resolve_worker_bin, versions, HARNESS_VERSION};
-pub use config::{managed_env, FleetConfig, WorkerEnv};
+pub use config::{managed_env, FleetConfig, SpawnHook, WorkerEnv};
 
 /// Where a worker is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,6 +115,9 @@ impl Fleet {
             .envs(&self.config.env);
         if let Some(extra) = self.config.worker_env.get(&name) {
             cmd.envs(extra);
+        }
+        for hook in &self.config.hooks {
+            cmd.envs(hook.env(&name)?);
         }
         cmd.stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -377,6 +380,7 @@ mod tests {
                 env: BTreeMap::new(),
                 worker_env: BTreeMap::new(),
                 args: vec!["30".into()],
+                hooks: Vec::new(),
             },
             recorder,
         )

@@ -72,6 +72,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<Report, RunError> {
     let scenario = prepare(options)?;
+    crate::faults::check_environment(&scenario).map_err(RunError::Invalid)?;
     let bin = crate::fleet::resolve_worker_bin(options.worker_bin.as_deref())
         .map_err(RunError::Invalid)?;
     let versions = crate::fleet::versions(&bin).await;
@@ -222,10 +223,21 @@ impl Env<'_> {
             sink_url: sink.url(),
             dynamodb_endpoint: self.endpoint.clone(),
         };
-        let config =
+        let servers = crate::faults::links::servers(&self.endpoint, upstream_addr, sink.addr())
+            .map_err(|e| invalid("the fault links", &e))?;
+        let (kit, hooks) = crate::faults::prepare_kit(
+            s,
+            servers,
+            &self.workers_dir,
+            sink.faults(),
+            upstream.control(),
+        )
+        .map_err(RunError::Invalid)?;
+        let mut config =
             FleetConfig::for_scenario(s, &base, self.bin.clone(), self.workers_dir.clone());
+        config.hooks = hooks;
         let fleet = Fleet::new(config, self.recorder.clone());
-        let work = self.with_fleet(&fleet, &sink, &upstream, &streams);
+        let work = self.with_fleet(&fleet, &sink, &upstream, &streams, Arc::new(kit));
         let result = (self.progress)
             .drive(work, || crate::report::Counters {
                 elapsed_ms: self.recorder.now_ms(),
@@ -246,6 +258,7 @@ impl Env<'_> {
         sink: &Sink,
         upstream: &mock_upstream::UpstreamHandle,
         streams: &[String],
+        kit: Arc<crate::faults::FaultKit>,
     ) -> Result<Vec<String>, RunError> {
         let s = self.scenario;
         let table = lease_table::DEFAULT_TABLE;
@@ -262,7 +275,7 @@ impl Env<'_> {
         // so the report's figures describe what happened; only the faults and settle are skipped.
         let warm = self.warm_up(fleet, sink, streams).await;
         let mut errors = match &warm {
-            Ok(()) => self.inject_faults(fleet).await,
+            Ok(()) => self.inject_faults(fleet, kit).await,
             Err(e) => {
                 self.phase("warmup_failed", Some(e.clone()));
                 vec![e.clone()]
@@ -314,7 +327,7 @@ impl Env<'_> {
     }
 
     /// Runs the fault schedule for `duration_ms` from now; returns the problems met.
-    async fn inject_faults(&self, fleet: &Fleet) -> Vec<String> {
+    async fn inject_faults(&self, fleet: &Fleet, kit: Arc<crate::faults::FaultKit>) -> Vec<String> {
         let s = self.scenario;
         let table = lease_table::DEFAULT_TABLE;
 
@@ -325,6 +338,7 @@ impl Env<'_> {
             table: table.to_string(),
             recorder: self.recorder.clone(),
             errors: Arc::new(Mutex::new(Vec::new())),
+            kit,
         };
         let start = Instant::now();
         let draws = crate::faults::draws(s.run.seed, s.faults.len());
@@ -354,6 +368,8 @@ impl Env<'_> {
             }
         }
         drop(tasks);
+        // Faults without a duration last until here: heal them so the run can settle.
+        injector.heal_everything();
         self.phase("faults_done", None);
         let errors = injector
             .errors

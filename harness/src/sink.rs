@@ -26,6 +26,7 @@ use serde::Deserialize;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::faults::sink_hook::SinkFaults;
 use crate::history::{Outcome, ReceiptBatch, Recorder};
 
 const SHARDS: usize = 64;
@@ -73,6 +74,8 @@ struct Shared {
     /// For the progress line only (the report counts from the history).
     accepted: AtomicU64,
     fence_raises: AtomicU64,
+    /// Scenario sink faults, asked before each batch is decided.
+    faults: Arc<SinkFaults>,
 }
 
 impl Shared {
@@ -106,6 +109,7 @@ impl Sink {
             fencing,
             accepted: AtomicU64::new(0),
             fence_raises: AtomicU64::new(0),
+            faults: Arc::new(SinkFaults::default()),
         });
         let app = Router::new()
             .route("/streams/{stream_id}/events", post(post_events))
@@ -128,6 +132,16 @@ impl Sink {
             stop: Some(stop),
             task: Some(task),
         })
+    }
+
+    /// The switchboard of the scenario's sink faults.
+    pub fn faults(&self) -> Arc<SinkFaults> {
+        self.shared.faults.clone()
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
     }
 
     /// `http://127.0.0.1:PORT`, the workers' `SINK_URL`.
@@ -215,6 +229,11 @@ async fn post_events(
             return (StatusCode::BAD_REQUEST, reason).into_response();
         }
     };
+    let seqs = batch.events.iter().map(|e| e.seq);
+    if let Some((status, reason)) = shared.faults.before(&stream_id, seqs).await {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+        return (status, reason).into_response();
+    }
     match decide(&shared, &stream_id, &batch) {
         Decision::Stored(ack) => (StatusCode::OK, Json(ack)).into_response(),
         Decision::Fenced(rejection) => (StatusCode::CONFLICT, Json(rejection)).into_response(),

@@ -28,6 +28,7 @@ async fn no_worker_setting_leaks_from_the_callers_shell() {
             env: BTreeMap::from([("LEASE_TABLE".to_string(), "set-by-the-run".to_string())]),
             worker_env: BTreeMap::new(),
             args: vec!["-c".into(), format!("env > {}", dumped.display())],
+            hooks: Vec::new(),
         },
         writer.recorder(),
     );

@@ -1,5 +1,7 @@
-//! The four conditional lease writes of design §2 (acquire, renew, checkpoint, release), exactly
-//! as the source design's `lease_demo.py` writes them, so both programs can contend over one table.
+//! The four conditional lease writes of design §2 (acquire, renew, checkpoint, release), as the
+//! source design's `lease_demo.py` writes them (so both programs can contend over one table),
+//! plus conditions that keep the lease expiry and the checkpoint monotone under late-applied
+//! writes; these only narrow what this side writes.
 //!
 //! Each function is one `UpdateItem` and reports a refused condition as [`Outcome::Refused`]
 //! (with the item as it was, when DynamoDB returns it), never as an error. Timeouts, retries and
@@ -69,7 +71,47 @@ pub async fn acquire(
     now_ms: i64,
     skew_ms: i64,
 ) -> Result<Outcome<LeaseItem>, OpError> {
-    let result = client
+    acquire_seen(
+        client, table, stream_id, owner_id, lease_ms, now_ms, skew_ms, None,
+    )
+    .await
+}
+
+/// A held lease exactly as a worker observed it (owner, fence, expiry).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    pub owner_id: String,
+    pub fence_token: u64,
+    pub lease_expires_at: i64,
+}
+
+/// [`acquire`], also allowed when the item is still exactly as `seen`: the observer judged the
+/// lease dead because the item stayed unchanged for a full lease on its own monotonic clock,
+/// whatever the wall clocks say (a compare-and-swap on the observed state, as the Kinesis
+/// Client Library does; a renewal in between changes the expiry and refuses it).
+#[allow(clippy::too_many_arguments)]
+pub async fn acquire_seen(
+    client: &Client,
+    table: &str,
+    stream_id: &str,
+    owner_id: &str,
+    lease_ms: i64,
+    now_ms: i64,
+    skew_ms: i64,
+    seen: Option<&Seen>,
+) -> Result<Outcome<LeaseItem>, OpError> {
+    let mut condition = String::from(
+        "attribute_exists(stream_id) AND (attribute_not_exists(owner_id) \
+         OR lease_expires_at < :cutoff OR owner_id = :me",
+    );
+    if seen.is_some() {
+        condition.push_str(
+            " OR (owner_id = :seen_owner AND fence_token = :seen_fence \
+             AND lease_expires_at = :seen_expires)",
+        );
+    }
+    condition.push(')');
+    let mut request = client
         .update_item()
         .table_name(table)
         .key(attr::STREAM_ID, s(stream_id))
@@ -77,10 +119,7 @@ pub async fn acquire(
             "SET owner_id = :me, lease_expires_at = :expires, \
              fence_token = if_not_exists(fence_token, :zero) + :one, updated_at = :now",
         )
-        .condition_expression(
-            "attribute_exists(stream_id) AND (attribute_not_exists(owner_id) \
-             OR lease_expires_at < :cutoff OR owner_id = :me)",
-        )
+        .condition_expression(condition)
         .expression_attribute_values(":me", s(owner_id))
         .expression_attribute_values(":expires", n(now_ms + lease_ms))
         .expression_attribute_values(":zero", n(0))
@@ -88,9 +127,14 @@ pub async fn acquire(
         .expression_attribute_values(":now", n(now_ms))
         .expression_attribute_values(":cutoff", n(now_ms - skew_ms))
         .return_values(ReturnValue::AllNew)
-        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-        .send()
-        .await;
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+    if let Some(seen) = seen {
+        request = request
+            .expression_attribute_values(":seen_owner", s(&seen.owner_id))
+            .expression_attribute_values(":seen_fence", n(seen.fence_token))
+            .expression_attribute_values(":seen_expires", n(seen.lease_expires_at));
+    }
+    let result = request.send().await;
     match result {
         Ok(out) => {
             let item = out.attributes().ok_or_else(|| OpError {
@@ -112,7 +156,13 @@ pub async fn acquire(
 }
 
 /// Extends the lease to `now_ms + lease_ms`, and persists `checkpoint` in the same write when
-/// given (the coalesced renewal). Condition: ours, same token, not yet expired at `now_ms`.
+/// given (the coalesced renewal). Condition: ours, same token, not yet expired at `now_ms`, and
+/// monotone: the new expiry is not before the stored one, the new checkpoint not below the
+/// stored one. A renewal that timed out at the client and is applied after its successor is
+/// therefore refused instead of moving the lease (or the checkpoint) back, which would let the
+/// table grant the stream to another worker while this one's local deadline (computed from the
+/// successor) still lets it publish. `lease_demo.py` never reads these extra conditions; they
+/// only narrow what this worker writes.
 pub async fn renew(
     client: &Client,
     table: &str,
@@ -123,17 +173,20 @@ pub async fn renew(
     checkpoint: Option<u64>,
 ) -> Result<Outcome<()>, OpError> {
     let mut update = String::from("SET lease_expires_at = :expires, updated_at = :now");
+    let mut condition = String::from(
+        "owner_id = :me AND fence_token = :token AND lease_expires_at >= :now \
+         AND lease_expires_at <= :expires",
+    );
     if checkpoint.is_some() {
         update.push_str(", checkpoint = :cp");
+        condition.push_str(CHECKPOINT_NOT_BACK);
     }
     let mut request = client
         .update_item()
         .table_name(table)
         .key(attr::STREAM_ID, s(stream_id))
         .update_expression(update)
-        .condition_expression(
-            "owner_id = :me AND fence_token = :token AND lease_expires_at >= :now",
-        )
+        .condition_expression(condition)
         .expression_attribute_values(":me", s(holder.owner_id))
         .expression_attribute_values(":token", n(holder.fence_token))
         .expression_attribute_values(":expires", n(now_ms + lease_ms))
@@ -146,7 +199,12 @@ pub async fn renew(
     done_or_refused("renew", stream_id, result)
 }
 
-/// Persists `checkpoint` (last sequence accepted downstream). Condition: ours, same token.
+/// Appended to a write's condition when it carries a checkpoint: the stored checkpoint never
+/// moves back (a late-applied write under the same token carries an older one).
+const CHECKPOINT_NOT_BACK: &str = " AND (attribute_not_exists(checkpoint) OR checkpoint <= :cp)";
+
+/// Persists `checkpoint` (last sequence accepted downstream). Condition: ours, same token, and
+/// not below the stored checkpoint.
 pub async fn checkpoint(
     client: &Client,
     table: &str,
@@ -160,7 +218,9 @@ pub async fn checkpoint(
         .table_name(table)
         .key(attr::STREAM_ID, s(stream_id))
         .update_expression("SET checkpoint = :cp, updated_at = :now")
-        .condition_expression("owner_id = :me AND fence_token = :token")
+        .condition_expression(format!(
+            "owner_id = :me AND fence_token = :token{CHECKPOINT_NOT_BACK}"
+        ))
         .expression_attribute_values(":me", s(holder.owner_id))
         .expression_attribute_values(":token", n(holder.fence_token))
         .expression_attribute_values(":cp", n(checkpoint))

@@ -177,9 +177,12 @@ pub(crate) async fn serve(
                     }
                     batch.truncate(ready);
                 }
-                let sent = batch.len() as u64;
-                let next = cursor + sent;
-                let frames = batch.drain(..).map(|e| Message::Text(e.text));
+                let next = cursor + batch.len() as u64;
+                let sent = batch.iter().filter(|e| !e.skipped).count() as u64;
+                let frames = batch
+                    .drain(..)
+                    .filter(|e| !e.skipped)
+                    .map(|e| Message::Text(e.text));
                 if let Err(end) = send_watched!(frames, next) {
                     break end;
                 }

@@ -20,7 +20,12 @@ use tokio::time::{Duration, Instant};
 pub(crate) struct Entry {
     pub produced: Instant,
     pub text: Utf8Bytes,
+    /// A sequence the skip fault withholds: never sent, and no gap notice says so.
+    pub skipped: bool,
 }
+
+/// `ts_ms` of a slot the skip fault withholds.
+const SKIPPED: i64 = i64::MIN;
 
 /// One retained event: 24 bytes. The frame text is rendered on read, so a scale run's retention
 /// (2,000 streams × 600 events) costs 29 MB instead of the ~230 MB of pre-rendered frames.
@@ -136,6 +141,13 @@ impl Stream {
         };
         let mut scratch = String::new();
         out.extend(copied[..n].iter().zip(cursor..).map(|(slot, seq)| {
+            if slot.ts_ms == SKIPPED {
+                return Entry {
+                    produced: slot.produced,
+                    text: Utf8Bytes::default(),
+                    skipped: true,
+                };
+            }
             event_text(
                 &mut scratch,
                 &self.json_id,
@@ -147,9 +159,32 @@ impl Stream {
                 produced: slot.produced,
                 // An exact-size allocation per event, as the socket wants it.
                 text: Utf8Bytes::from(scratch.as_str()),
+                skipped: false,
             }
         }));
         Read::Entries(n)
+    }
+
+    /// The gap fault: `count` events are produced and lost at once, together with everything
+    /// retained, as when a consumer's outage outlasts retention. A reader behind the new head
+    /// gets a gap notice on its next connection (a live reader is closed as a slow consumer
+    /// and reconnects). Returns the lost range: the old oldest retained seq ..= the new head.
+    pub fn lose(&self, count: u64) -> (u64, u64) {
+        let (first, head) = {
+            let mut ring = self.ring.lock().expect("ring lock");
+            let first = ring.head + 1 - ring.slots.len() as u64;
+            ring.head += count;
+            ring.slots.clear();
+            (first, ring.head)
+        };
+        self.head.send_replace(head);
+        (first, head)
+    }
+
+    /// The skip fault: the next sequence is produced but never sent, with no gap notice (a
+    /// broken upstream). Returns the withheld seq.
+    pub fn skip_next(&self, now: Instant) -> u64 {
+        self.produce(1, now, SKIPPED)
     }
 
     /// Appends `count` events, evicting past retention, then wakes subscribers once.
@@ -275,6 +310,24 @@ impl Feed {
         let head = stream.produce(count, Instant::now(), unix_ms());
         self.produced.fetch_add(count, Ordering::Relaxed);
         Some(head)
+    }
+
+    /// The gap fault on one stream ([`Stream::lose`]); refused once stopped.
+    pub fn lose_now(&self, stream: &Stream, count: u64) -> Option<(u64, u64)> {
+        if self.state() == ProductionState::Stopped {
+            return None;
+        }
+        self.produced.fetch_add(count, Ordering::Relaxed);
+        Some(stream.lose(count))
+    }
+
+    /// The skip fault on one stream ([`Stream::skip_next`]); refused once stopped.
+    pub fn skip_now(&self, stream: &Stream) -> Option<u64> {
+        if self.state() == ProductionState::Stopped {
+            return None;
+        }
+        self.produced.fetch_add(1, Ordering::Relaxed);
+        Some(stream.skip_next(Instant::now()))
     }
 
     /// The producer: one task advancing every stream by the events due since the last tick.

@@ -211,6 +211,59 @@ impl UpstreamHandle {
     }
 }
 
+impl UpstreamHandle {
+    /// A cloneable handle on the fault knobs, for code that injects faults while the owner of
+    /// this handle keeps it.
+    pub fn control(&self) -> UpstreamControl {
+        UpstreamControl {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// The upstream's fault knobs (the admin API's drop, pause, gap and skip), cheap to clone.
+#[derive(Clone)]
+pub struct UpstreamControl {
+    shared: Arc<Shared>,
+}
+
+impl UpstreamControl {
+    /// Closes every connection of one stream (every stream when `None`); returns how many were
+    /// open, `None` for an unknown stream.
+    pub fn drop_connections(&self, stream_id: Option<&str>) -> Option<usize> {
+        let feed = &self.shared.feed;
+        match stream_id {
+            Some(id) => feed.stream(id).map(|s| s.drop_connections()),
+            None => Some(feed.streams.iter().map(|s| s.drop_connections()).sum()),
+        }
+    }
+
+    /// Pauses production (no-op once stopped).
+    pub fn pause(&self) -> ProductionState {
+        self.shared.feed.set_state(ProductionState::Paused)
+    }
+
+    /// Resumes production (no-op once stopped).
+    pub fn resume(&self) -> ProductionState {
+        self.shared.feed.set_state(ProductionState::Running)
+    }
+
+    /// Loses `count` new events of one stream together with everything it retained (a gap
+    /// the consumer is told about); returns the lost range `(first, last)`. `None` for an
+    /// unknown stream or once production stopped.
+    pub fn lose(&self, stream_id: &str, count: u64) -> Option<(u64, u64)> {
+        let feed = &self.shared.feed;
+        feed.lose_now(feed.stream(stream_id)?, count)
+    }
+
+    /// Withholds the next sequence of one stream without a gap notice; returns it. `None` for
+    /// an unknown stream or once production stopped.
+    pub fn skip(&self, stream_id: &str) -> Option<u64> {
+        let feed = &self.shared.feed;
+        feed.skip_now(feed.stream(stream_id)?)
+    }
+}
+
 impl Drop for UpstreamHandle {
     fn drop(&mut self) {
         self.signal_shutdown();

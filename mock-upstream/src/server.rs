@@ -28,6 +28,8 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .route("/admin/connections", get(connections))
         .route("/admin/streams/{id}/drop", post(drop_stream))
         .route("/admin/streams/{id}/produce", post(produce_stream))
+        .route("/admin/streams/{id}/gap", post(gap_stream))
+        .route("/admin/streams/{id}/skip", post(skip_stream))
         .route("/admin/pause", post(pause))
         .route("/admin/resume", post(resume))
         .route("/admin/stop", post(stop))
@@ -153,6 +155,50 @@ async fn produce_stream(
         Some(last_seq) => {
             Json(serde_json::json!({ "stream_id": id, "last_seq": last_seq })).into_response()
         }
+        None => error(StatusCode::CONFLICT, "production is stopped for good"),
+    }
+}
+
+/// `POST /admin/streams/{id}/gap?count=N` (default 1): lose N new events with everything
+/// retained; the next reader behind gets a gap notice. Answers the lost range.
+async fn gap_stream(
+    State(shared): AppState,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let Some(stream) = shared.feed.stream(&id) else {
+        return error(StatusCode::NOT_FOUND, format!("unknown stream {id:?}"));
+    };
+    let mut count = 1;
+    for pair in query.as_deref().unwrap_or("").split('&') {
+        if let Some(value) = pair.strip_prefix("count=") {
+            match value.parse::<u64>() {
+                Ok(n) if (1..=1_000_000).contains(&n) => count = n,
+                _ => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        format!("count={value:?} is invalid: give an integer 1..=1000000"),
+                    )
+                }
+            }
+        }
+    }
+    match shared.feed.lose_now(stream, count) {
+        Some((first, last)) => {
+            Json(serde_json::json!({ "stream_id": id, "lost_from": first, "lost_to": last }))
+                .into_response()
+        }
+        None => error(StatusCode::CONFLICT, "production is stopped for good"),
+    }
+}
+
+/// `POST /admin/streams/{id}/skip`: the next sequence is never sent, and no gap notice says so.
+async fn skip_stream(State(shared): AppState, Path(id): Path<String>) -> Response {
+    let Some(stream) = shared.feed.stream(&id) else {
+        return error(StatusCode::NOT_FOUND, format!("unknown stream {id:?}"));
+    };
+    match shared.feed.skip_now(stream) {
+        Some(seq) => Json(serde_json::json!({ "stream_id": id, "skipped": seq })).into_response(),
         None => error(StatusCode::CONFLICT, "production is stopped for good"),
     }
 }

@@ -358,3 +358,50 @@ async fn http_body(addr: SocketAddr, method: &str, path: &str, body: &str) -> St
         .unwrap();
     out
 }
+
+#[tokio::test]
+async fn a_gap_fault_closes_the_reader_and_its_reconnect_gets_a_gap_notice() {
+    let (addr, up) = start(&["g"], 0.0, 1000).await;
+    up.produce("g", 5);
+    let mut ws = connect(addr, "g", Some(1)).await;
+    for want in 1..=5 {
+        assert_eq!(next_seq(&mut ws).await, want);
+    }
+    // 10 new events are lost with everything retained (1..=5 as well).
+    assert_eq!(up.control().lose("g", 10), Some((1, 15)));
+    assert!(
+        matches!(next(&mut ws).await, Seen::Closed(_)),
+        "the reader behind must be closed"
+    );
+    let mut again = connect(addr, "g", Some(6)).await;
+    match next(&mut again).await {
+        Seen::Frame(UpstreamFrame::Gap(GapNotice {
+            requested,
+            oldest_available,
+            ..
+        })) => {
+            assert_eq!((requested, oldest_available), (6, 16));
+        }
+        other => panic!("expected a gap notice, got {other:?}"),
+    }
+    up.produce("g", 1);
+    assert_eq!(next_seq(&mut again).await, 16);
+}
+
+#[tokio::test]
+async fn a_skip_fault_withholds_one_seq_without_a_gap_notice() {
+    let (addr, up) = start(&["k"], 0.0, 1000).await;
+    up.produce("k", 2);
+    assert_eq!(up.control().skip("k"), Some(3));
+    up.produce("k", 2);
+    let mut ws = connect(addr, "k", Some(1)).await;
+    let seen: Vec<u64> = [
+        next_seq(&mut ws).await,
+        next_seq(&mut ws).await,
+        next_seq(&mut ws).await,
+        next_seq(&mut ws).await,
+    ]
+    .to_vec();
+    assert_eq!(seen, vec![1, 2, 4, 5], "seq 3 must be withheld, silently");
+    assert_eq!(up.last_seq("k"), Some(5));
+}

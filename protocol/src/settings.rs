@@ -49,6 +49,9 @@ settings! {
         LOG_FORMAT,
         BATCH_MAX_EVENTS,
         BATCH_MAX_DELAY_MS,
+        UPSTREAM_IDLE_MS,
+        SINK_REJECT_POLICY,
+        DEAD_LETTER_DIR,
     }
     other {
         RUST_LOG,

@@ -32,6 +32,14 @@ pub const DEFAULT_SKEW_MARGIN_MS: &str = "200";
 pub const DEFAULT_BATCH_MAX_EVENTS: &str = "100";
 pub const DEFAULT_BATCH_MAX_DELAY_MS: &str = "20";
 pub const DEFAULT_FLEET_POLL_MS: &str = "50";
+/// The upstream liveness deadline: a socket silent this long (no event, ping or pong) is
+/// dropped and reopened from the highest sequence taken + 1. The worker pings after a third of
+/// it in silence, so a live but quiet upstream answers in time.
+pub const DEFAULT_UPSTREAM_IDLE_MS: &str = "5000";
+/// A sink's permanent rejection halts the stream unless dead-lettering is asked for.
+pub const DEFAULT_SINK_REJECT_POLICY: &str = "halt";
+/// The shortest liveness deadline accepted (a ping and its pong must fit in a third of it).
+pub const MIN_UPSTREAM_IDLE: Duration = Duration::from_millis(300);
 /// The local deadline ends `lease / SAFETY_DIVISOR` (at most [`MAX_SAFETY_MARGIN`]) before the lease.
 pub const SAFETY_DIVISOR: u32 = 10;
 pub const MAX_SAFETY_MARGIN: Duration = Duration::from_secs(1);
@@ -75,7 +83,8 @@ pub struct RawConfig {
     /// DynamoDB lease table.
     #[arg(long, env = settings::LEASE_TABLE, default_value = lease_table::DEFAULT_TABLE)]
     pub lease_table: String,
-    /// This worker's identity in the table [default: ECS task ARN, else host name and pid].
+    /// This worker's identity in the table; unique per process [default: ECS task ARN, else
+    /// host name, pid and a random suffix].
     #[arg(long, env = settings::OWNER_ID)]
     pub owner_id: Option<String>,
     /// Lease length in seconds (fractions allowed).
@@ -116,6 +125,20 @@ pub struct RawConfig {
     /// (50 ms: 72,000 a worker-hour). 0 = never (released streams wait for the next scan).
     #[arg(long, env = settings::FLEET_POLL_MS, default_value = DEFAULT_FLEET_POLL_MS)]
     pub fleet_poll_ms: String,
+    /// Upstream liveness deadline in milliseconds: a socket silent this long (no event, ping or
+    /// pong; the worker pings after a third of it) is reopened from the last sequence taken + 1.
+    /// 0 = never (a half-open socket then stalls its stream until the lease is lost).
+    #[arg(long, env = settings::UPSTREAM_IDLE_MS, default_value = DEFAULT_UPSTREAM_IDLE_MS)]
+    pub upstream_idle_ms: String,
+    /// What a sink's permanent rejection of a batch (a 4xx other than 409, 408, 429) does:
+    /// `halt` keeps the lease and retries that batch with a capped backoff, the stream stopped
+    /// at its last accepted event; `dead-letter` writes the batch into DEAD_LETTER_DIR, records
+    /// the skipped range and continues.
+    #[arg(long, env = settings::SINK_REJECT_POLICY, default_value = DEFAULT_SINK_REJECT_POLICY)]
+    pub sink_reject_policy: String,
+    /// Directory for dead-lettered batches (required with SINK_REJECT_POLICY=dead-letter).
+    #[arg(long, env = settings::DEAD_LETTER_DIR)]
+    pub dead_letter_dir: Option<PathBuf>,
     /// Discovery scan interval in seconds [default: RENEW_SECONDS].
     #[arg(long, env = settings::SCAN_SECONDS)]
     pub scan_seconds: Option<String>,
@@ -145,6 +168,16 @@ pub enum AcquireMode {
     Poll,
 }
 
+/// What a sink's permanent rejection (4xx other than 409, 408, 429) of a batch does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RejectPolicy {
+    /// Keep the lease, stop the stream at its last accepted event, retry the batch with a capped
+    /// backoff (a fixed sink may accept it later).
+    Halt,
+    /// Write the batch into this directory, record the skipped range, continue.
+    DeadLetter(PathBuf),
+}
+
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
@@ -172,6 +205,9 @@ pub struct Config {
     pub skew_margin: Duration,
     /// Fleet signal read interval; zero = not read.
     pub fleet_poll: Duration,
+    /// Upstream liveness deadline; zero = none.
+    pub upstream_idle: Duration,
+    pub sink_reject: RejectPolicy,
     pub scan: Duration,
     pub acquire_mode: AcquireMode,
     pub chaos_skip_deadline_check: bool,
@@ -270,6 +306,14 @@ impl RawConfig {
         let drain = seconds("DRAIN_SECONDS", &self.drain_seconds)?;
         let skew_margin = millis("SKEW_MARGIN_MS", &self.skew_margin_ms, true)?;
         let fleet_poll = millis("FLEET_POLL_MS", &self.fleet_poll_ms, true)?;
+        let upstream_idle = millis("UPSTREAM_IDLE_MS", &self.upstream_idle_ms, true)?;
+        if !upstream_idle.is_zero() && upstream_idle < MIN_UPSTREAM_IDLE {
+            return Err(refuse(format!(
+                "UPSTREAM_IDLE_MS={} must be 0 (off) or at least {} ms",
+                self.upstream_idle_ms,
+                MIN_UPSTREAM_IDLE.as_millis()
+            )));
+        }
         let batch_max_delay = millis("BATCH_MAX_DELAY_MS", &self.batch_max_delay_ms, true)?;
         let batch_max_events = count("BATCH_MAX_EVENTS", &self.batch_max_events)?;
         let max_streams = match &self.max_streams {
@@ -315,6 +359,26 @@ impl RawConfig {
                 )))
             }
         };
+        let sink_reject = match (self.sink_reject_policy.trim(), &self.dead_letter_dir) {
+            ("halt", _) => RejectPolicy::Halt,
+            ("dead-letter", Some(dir)) if dir.is_dir() => RejectPolicy::DeadLetter(dir.clone()),
+            ("dead-letter", Some(dir)) => {
+                return Err(refuse(format!(
+                    "DEAD_LETTER_DIR={:?} is not a directory (SINK_REJECT_POLICY=dead-letter writes rejected batches there)",
+                    dir.display().to_string()
+                )))
+            }
+            ("dead-letter", None) => {
+                return Err(refuse(
+                    "SINK_REJECT_POLICY=dead-letter needs DEAD_LETTER_DIR (a directory for the rejected batches)",
+                ))
+            }
+            (other, _) => {
+                return Err(refuse(format!(
+                    "SINK_REJECT_POLICY={other:?} must be `halt` or `dead-letter`"
+                )))
+            }
+        };
         let owner_id = match &self.owner_id {
             Some(o) if o.trim().is_empty() => {
                 return Err(refuse("OWNER_ID is set but empty; unset it or give a name"))
@@ -341,6 +405,8 @@ impl RawConfig {
             drain,
             skew_margin,
             fleet_poll,
+            upstream_idle,
+            sink_reject,
             scan,
             acquire_mode,
             chaos_skip_deadline_check,
@@ -351,7 +417,10 @@ impl RawConfig {
     }
 }
 
-/// The owner id to use: `OWNER_ID`, else the ECS task ARN, else `{hostname}-{pid}`.
+/// The owner id to use: `OWNER_ID`, else the ECS task ARN, else `{hostname}-{pid}-{suffix}`
+/// with a random suffix: host name and pid alone collide (host networking, or two containers
+/// with the same host name whose process is pid 1), and two processes with one id both "own"
+/// the same streams through `owner_id = :me`.
 pub async fn resolve_owner_id(configured: Option<&str>) -> String {
     if let Some(owner) = configured {
         return owner.to_string();
@@ -364,7 +433,12 @@ pub async fn resolve_owner_id(configured: Option<&str>) -> String {
             }
         }
     }
-    format!("{}-{}", hostname(), std::process::id())
+    format!(
+        "{}-{}-{:06x}",
+        hostname(),
+        std::process::id(),
+        rand::random::<u32>() & 0xff_ffff
+    )
 }
 
 async fn ecs_task_arn(base: &str) -> Result<String, String> {
@@ -454,6 +528,19 @@ mod tests {
             (&["--acquire-mode", "greedy"], "ACQUIRE_MODE"),
             (&["--log-format", "xml"], "LOG_FORMAT"),
             (&["--batch-max-events", "0"], "BATCH_MAX_EVENTS"),
+            (&["--upstream-idle-ms", "50"], "UPSTREAM_IDLE_MS"),
+            (&["--upstream-idle-ms", "soon"], "UPSTREAM_IDLE_MS"),
+            (&["--sink-reject-policy", "skip"], "SINK_REJECT_POLICY"),
+            (&["--sink-reject-policy", "dead-letter"], "DEAD_LETTER_DIR"),
+            (
+                &[
+                    "--sink-reject-policy",
+                    "dead-letter",
+                    "--dead-letter-dir",
+                    "/nonexistent/dl",
+                ],
+                "DEAD_LETTER_DIR",
+            ),
         ];
         for (args, name) in cases {
             let err = raw(args).validate().unwrap_err();

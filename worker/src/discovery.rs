@@ -1,6 +1,9 @@
-//! Discovery and acquisition: the supervisor loop that scans the table, asks [`decide::plan`]
-//! what to do, acquires streams, spawns their runners, sheds excess, and (in expiry-aware mode)
-//! wakes up right when a watched lease expires instead of at the next scan.
+//! Discovery and acquisition: the supervisor loop. It performs what the pure core
+//! ([`decide::Supervision`]) decides: scans the table, acquires, spawns stream runners, sheds,
+//! bids, reads the fleet signal, and (in expiry-aware mode) wakes up right when a watched lease
+//! expires instead of at the next scan. Every decision (which owners are live, cooldowns, the
+//! ramp, when to rescan) is a call into the core; this module only does the I/O and reports the
+//! answers back.
 //!
 //! Between scans it polls the fleet signal ([`lease_table::FLEET_ITEM`], one `GetItem` every
 //! `FLEET_POLL_MS`): a draining worker marks itself there and bumps its generation after its
@@ -24,23 +27,12 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::config::{AcquireMode, Config};
-use crate::decide::{self, Bid, FenceBook, PlanLimits};
+use crate::decide::{self, Attempt, ReleaseReason, Round, Scheduled, Supervision};
 use crate::http::Readiness;
 use crate::stream::{self, Acquired, Control, Exit, Shared, AWS_CALL_TIMEOUT};
 
-/// At most this many acquisitions (and sheds) in a first round, so a cold start spreads.
-pub const PER_ROUND: usize = 8;
-/// The ceiling of the per-round ramp (see `Supervisor::per_round`).
-pub const MAX_PER_ROUND: usize = 64;
-/// While below the fair share with candidates left, the next round comes this soon.
-pub const FAST_RESCAN: Duration = Duration::from_millis(250);
-/// The shortest wait before a hurried rescan (see `Supervisor::rescan_delay`).
-pub const MIN_RESCAN: Duration = Duration::from_millis(20);
-/// Rounds planned on the last scan's view (its candidates, corrected by refused acquires) before
-/// a hurried worker scans again. A scan costs the table a read of every item, and a cold start of
-/// W workers rescanning every 250 ms costs W × 4 full reads a second: 20 workers on 2,000 streams
-/// is more than one DynamoDB Local answers, so hurried rounds reuse the view instead.
-pub const VIEW_ROUNDS: u32 = 4;
+pub use crate::decide::{FAST_RESCAN, MAX_PER_ROUND, MIN_RESCAN, PER_ROUND, VIEW_ROUNDS};
+
 /// An acquire may take this long. A timed-out acquire may still have been written; its outcome
 /// is unknown, so it counts as a lost race: a consistent rescan follows almost at once and, if the
 /// item names this worker, takes the lease back.
@@ -50,12 +42,29 @@ pub const SCAN_PAGE_TIMEOUT: Duration = Duration::from_secs(5);
 // How often the fleet signal is read is `FLEET_POLL_MS` (±10 %; default 50 ms: 72,000
 // eventually consistent `GetItem`s per worker-hour, 0.5 read request unit each, whatever the
 // table size). Not polled when `SCAN_SECONDS` is that short anyway, nor in `ACQUIRE_MODE=poll`.
-/// How often the fleet signal is read while some owner is marked draining (a rolling deploy):
-/// its releases are announced within the drain, and seeing them sooner is the handoff time.
-/// 33 reads/s per worker, for the few seconds a deploy lasts.
-pub const FLEET_POLL_DRAINING: Duration = Duration::from_millis(30);
 /// A fleet read or bump may take this long.
 pub const FLEET_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What woke the supervisor loop.
+enum Wake {
+    /// The scan timer: a scan, or a round on the last view.
+    Scheduled,
+    /// The fleet signal poll.
+    Fleet,
+    /// A watched lease's expiry.
+    Watch,
+}
+
+/// When the next wake-ups come, as decided after one.
+#[derive(Default)]
+struct Step {
+    /// The next scheduled round, this long from now.
+    next_scan: Option<Duration>,
+    /// The next scheduled round at most this long from now.
+    sooner: Option<Duration>,
+    /// The next fleet signal read, this long from now.
+    next_fleet: Option<Duration>,
+}
 
 struct Owned {
     control: watch::Sender<Control>,
@@ -69,79 +78,38 @@ pub struct Supervisor {
     readiness: Arc<Readiness>,
     owned: HashMap<String, Owned>,
     tasks: JoinSet<(String, Exit)>,
-    known: Vec<LeaseItem>,
-    bids: Vec<Bid>,
-    fences: FenceBook,
-    /// Streams this worker shed or handed over, with when and under which fence: not taken
-    /// back for two scan intervals, unless someone else has held them since (a higher fence).
-    recently_shed: HashMap<String, (Instant, u64)>,
-    next_watch_ms: Option<i64>,
-    /// Acquisitions allowed in the next round: [`PER_ROUND`], doubled after each round that
-    /// took its fill and left candidates behind (a cold start fills a large share in a few
-    /// rounds instead of share / 8), back to [`PER_ROUND`] once a round wants nothing more.
-    per_round: usize,
-    /// Hurried rounds planned on the current view since the last scan.
-    view_rounds: u32,
-    /// Whether the last round lost an acquire race (its view is stale).
-    raced: bool,
-    /// How long the last scan took: a hurried rescan waits at least it × live owners × 2, so
-    /// that the fleet's scans together keep the table at most half busy however large it is.
-    last_scan_took: Duration,
-    /// Live owners in the last plan (this worker included).
-    live_owners: usize,
-    /// Last fleet generation read (`None` before the first read).
-    fleet_generation: Option<u64>,
-    /// Owners the fleet signal names as draining (never this worker while it runs).
-    draining_owners: HashSet<String>,
-    /// Owners seen with a lapsed lease (dead, or paused past their lease), with the Unix ms at
-    /// which they were first seen so: not live owners until they hold nothing any more, or
-    /// renew a lease past that moment (a resumed owner).
-    lapsed_owners: HashMap<String, i64>,
+    core: Supervision,
+    /// Acquires sent and not yet answered. A round abandoned for shutdown leaves them here:
+    /// the table may name this worker for them, so the drain releases those it finds.
+    acquiring: HashSet<String>,
+}
+
+fn jittered(base: Duration) -> Duration {
+    decide::jittered(base, rand::random::<f64>())
 }
 
 impl Supervisor {
     /// A supervisor with nothing owned yet.
     pub fn new(shared: Arc<Shared>, config: Arc<Config>, readiness: Arc<Readiness>) -> Self {
+        let settings = decide::Settings {
+            lease: config.lease,
+            renew: config.renew,
+            scan: config.scan,
+            skew: config.skew_margin,
+            max_streams: config.max_streams,
+            expiry_aware: config.acquire_mode == AcquireMode::ExpiryAware,
+            fleet_poll: config.fleet_poll,
+        };
+        let core = Supervision::new(settings, &shared.owner_id);
         Supervisor {
             shared,
             config,
             readiness,
             owned: HashMap::new(),
             tasks: JoinSet::new(),
-            known: Vec::new(),
-            bids: Vec::new(),
-            fences: FenceBook::default(),
-            recently_shed: HashMap::new(),
-            next_watch_ms: None,
-            per_round: PER_ROUND,
-            view_rounds: 0,
-            raced: false,
-            last_scan_took: Duration::ZERO,
-            live_owners: 1,
-            fleet_generation: None,
-            draining_owners: HashSet::new(),
-            lapsed_owners: HashMap::new(),
+            core,
+            acquiring: HashSet::new(),
         }
-    }
-
-    fn limits(&self) -> PlanLimits {
-        // Once a scan has shown other owners, the share is the fleet's and the ramp (which is
-        // there to spread a cold start) only slows a takeover down.
-        let per_round = if self.live_owners > 1 {
-            MAX_PER_ROUND
-        } else {
-            self.per_round
-        };
-        PlanLimits {
-            max_streams: self.config.max_streams,
-            per_round,
-            skew_ms: self.config.skew_margin.as_millis() as i64,
-        }
-    }
-
-    fn jittered(&self, base: Duration) -> Duration {
-        // ±10 % so that workers started together do not scan in lockstep.
-        base.mul_f64(0.9 + 0.2 * rand::random::<f64>())
     }
 
     /// Scans and acquires until `shutdown` resolves, then drains every stream within the drain
@@ -149,57 +117,86 @@ impl Supervisor {
     pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) -> usize {
         tokio::pin!(shutdown);
         let mut next_scan = Instant::now();
-        let fleet_poll = self.config.fleet_poll;
-        let fleet_polling = self.config.acquire_mode == AcquireMode::ExpiryAware
-            && !fleet_poll.is_zero()
-            && self.config.scan > fleet_poll;
+        let fleet_polling = self.core.settings().fleet_polling();
         let mut next_fleet = Instant::now();
         loop {
-            let watch_at = match (self.config.acquire_mode, self.next_watch_ms) {
-                (AcquireMode::ExpiryAware, Some(ms)) => {
-                    let wait = (ms - lease_table::now_ms()).max(0) as u64;
-                    Some(Instant::now() + Duration::from_millis(wait))
-                }
-                _ => None,
-            };
+            let watch_at = self.core.watch_at_ms().map(|ms| {
+                let wait = (ms - lease_table::now_ms()).max(0) as u64;
+                Instant::now() + Duration::from_millis(wait)
+            });
             let far = Instant::now() + Duration::from_secs(3600);
-            tokio::select! {
+            let wake = tokio::select! {
                 _ = &mut shutdown => break,
-                _ = tokio::time::sleep_until(next_scan) => {
-                    let next = self.hurried_round().await;
-                    next_scan = Instant::now() + self.jittered(next);
+                _ = tokio::time::sleep_until(next_scan) => Wake::Scheduled,
+                _ = tokio::time::sleep_until(next_fleet), if fleet_polling => Wake::Fleet,
+                _ = tokio::time::sleep_until(watch_at.unwrap_or(far)), if watch_at.is_some() => Wake::Watch,
+                Some(joined) = self.tasks.join_next(), if !self.tasks.is_empty() => {
+                    self.on_exit(joined);
+                    continue;
                 }
-                _ = tokio::time::sleep_until(next_fleet), if fleet_polling => {
-                    if self.fleet_changed().await {
-                        // Streams were (or are about to be) released: look now, consistently,
-                        // so the scan cannot miss a release that the signal already announced.
-                        let hurry = self.scan_round(true).await;
-                        let next = self.after_scan(hurry);
-                        next_scan = Instant::now() + self.jittered(next);
-                    }
-                    let every = if self.draining_owners.is_empty() { fleet_poll } else { fleet_poll.min(FLEET_POLL_DRAINING) };
-                    next_fleet = Instant::now() + self.jittered(every);
-                }
-                _ = tokio::time::sleep_until(watch_at.unwrap_or(far)), if watch_at.is_some() => {
-                    if self.acquire_round().await {
-                        let soon = if self.raced {
-                            self.view_rounds = 0;
-                            self.rescan_delay(true)
-                        } else {
-                            FAST_RESCAN.min(self.config.scan)
-                        };
-                        next_scan = next_scan.min(Instant::now() + self.jittered(soon));
-                    }
-                }
-                Some(joined) = self.tasks.join_next(), if !self.tasks.is_empty() => self.on_exit(joined),
+            };
+            // The work of a wake-up (a scan, acquires) can take seconds on a busy table: the
+            // signal is watched throughout, and ends it at once (issue #17: SIGTERM noticed
+            // within a second, nothing acquired after it).
+            let step = tokio::select! {
+                biased;
+                _ = &mut shutdown => None,
+                step = self.on_wake(wake) => Some(step),
+            };
+            let Some(step) = step else {
+                tracing::info!("shutdown signalled during a discovery round; round abandoned");
+                break;
+            };
+            let now = Instant::now();
+            if let Some(next) = step.next_scan {
+                next_scan = now + jittered(next);
+            }
+            if let Some(soon) = step.sooner {
+                next_scan = next_scan.min(now + jittered(soon));
+            }
+            if let Some(every) = step.next_fleet {
+                next_fleet = now + jittered(every);
             }
         }
         self.drain().await
     }
 
+    /// Does the work of one wake-up; says when the next ones come.
+    async fn on_wake(&mut self, wake: Wake) -> Step {
+        let mut step = Step::default();
+        match wake {
+            Wake::Scheduled => {
+                let next = match self.core.scheduled() {
+                    Scheduled::View => {
+                        let hurry = self.acquire_round().await;
+                        self.core.after_view_round(hurry)
+                    }
+                    Scheduled::Scan { consistent } => {
+                        let hurry = self.scan_round(consistent).await;
+                        self.core.after_scan(hurry)
+                    }
+                };
+                step.next_scan = Some(next);
+            }
+            Wake::Fleet => {
+                if self.fleet_changed().await {
+                    // Streams were (or are about to be) released: look now, consistently,
+                    // so the scan cannot miss a release that the signal already announced.
+                    let hurry = self.scan_round(true).await;
+                    step.next_scan = Some(self.core.after_scan(hurry));
+                }
+                step.next_fleet = Some(self.core.fleet_every());
+            }
+            Wake::Watch => {
+                let hurry = self.acquire_round().await;
+                step.sooner = self.core.after_watch_round(hurry);
+            }
+        }
+        step
+    }
+
     /// Reads the fleet signal; true when its generation or draining set changed since the last
-    /// read (the first read only records it). Clears a stale draining mark of this worker (a
-    /// previous process with the same `OWNER_ID` killed mid-drain).
+    /// read (the first read only records it).
     async fn fleet_changed(&mut self) -> bool {
         let signal = match self.shared.table.fleet_read(FLEET_TIMEOUT).await {
             Ok(signal) => signal,
@@ -208,31 +205,20 @@ impl Supervisor {
                 return false;
             }
         };
-        let me = &*self.shared.owner_id;
-        let first = self.fleet_generation.is_none();
-        let draining: HashSet<String> = signal
-            .draining
-            .into_iter()
-            .filter(|owner| {
-                if owner == me && first {
-                    let table = self.shared.table.clone();
-                    tokio::spawn(async move { table.fleet_bump(Some(false), FLEET_TIMEOUT).await });
-                }
-                owner != me
-            })
-            .collect();
-        let changed =
-            self.fleet_generation != Some(signal.generation) || self.draining_owners != draining;
-        if changed {
+        let generation = signal.generation;
+        let read = self.core.on_fleet_signal(generation, signal.draining);
+        if read.clear_own_mark {
+            let table = self.shared.table.clone();
+            tokio::spawn(async move { table.fleet_bump(Some(false), FLEET_TIMEOUT).await });
+        }
+        if read.changed {
             tracing::debug!(
-                generation = signal.generation,
-                draining = draining.len(),
+                generation,
+                draining = self.core.draining_owners().len(),
                 "fleet signal changed"
             );
         }
-        self.fleet_generation = Some(signal.generation);
-        self.draining_owners = draining;
-        changed && !first
+        read.changed
     }
 
     /// Bumps the fleet generation in the background (after a shed released streams).
@@ -245,53 +231,10 @@ impl Supervisor {
         });
     }
 
-    /// The scheduled round: a scan, or while hurrying with a usable view, a round on that
-    /// view. Returns the time until the next one.
-    async fn hurried_round(&mut self) -> Duration {
-        if self.view_rounds > 0 && self.view_rounds <= VIEW_ROUNDS {
-            let hurry = self.acquire_round().await;
-            if hurry && !self.raced && self.view_rounds < VIEW_ROUNDS {
-                self.view_rounds += 1;
-                return FAST_RESCAN.min(self.config.scan);
-            }
-            self.view_rounds = 0;
-            return self.rescan_delay(hurry);
-        }
-        // After a lost race the view is stale where it matters: read what the winners wrote.
-        let hurry = self.scan_round(self.raced).await;
-        self.after_scan(hurry)
-    }
-
-    /// After a scan round: when hurrying only because the round's cap left candidates (no race
-    /// lost) and the scan saw other owners (so the share it planned with is the fleet's, not a
-    /// lone worker's), the next rounds reuse its view; after a lost race, a fresh scan.
-    fn after_scan(&mut self, hurry: bool) -> Duration {
-        if hurry && !self.raced && self.live_owners > 1 {
-            self.view_rounds = 1;
-            return FAST_RESCAN.min(self.config.scan);
-        }
-        self.view_rounds = 0;
-        self.rescan_delay(hurry)
-    }
-
-    /// Until the next scan: the scan interval, or when hurrying, live owners × 2 × the last
-    /// scan's time (at least [`MIN_RESCAN`]): each worker's scans then take at most a
-    /// 1 / (2 × owners) share of the table's time, so all of them together at most half of it,
-    /// whatever the table's size. 120 streams: ~40 ms; 2,000 streams and 20 workers: ~2.5 s.
-    fn rescan_delay(&self, hurry: bool) -> Duration {
-        if !hurry {
-            return self.config.scan;
-        }
-        MIN_RESCAN
-            .max(self.last_scan_took * self.live_owners.min(1000) as u32 * 2)
-            .min(self.config.scan)
-    }
-
     /// One discovery scan and acquisition round. Returns true when another round should follow soon.
     async fn scan_round(&mut self, consistent: bool) -> bool {
         let began = Instant::now();
         let scanned = self.shared.table.scan(SCAN_PAGE_TIMEOUT, consistent).await;
-        self.last_scan_took = began.elapsed();
         match scanned {
             Ok(view) => {
                 if !self.readiness.scanned.swap(true, Ordering::Relaxed) {
@@ -300,176 +243,65 @@ impl Supervisor {
                         "first discovery scan done; ready"
                     );
                 }
-                self.known = view.items;
-                self.bids = view.bids;
+                self.core
+                    .on_scan(view.items, view.bids, began.elapsed(), Instant::now());
                 self.acquire_round().await
             }
             Err(e) => {
+                self.core.on_scan_failed(began.elapsed());
                 tracing::warn!(error = %e, "discovery scan failed");
                 false
             }
         }
     }
 
-    /// Plans on the current view and acts: acquire, shed, set the next watch. Returns true when
-    /// candidates remained that this worker wanted (so a quick rescan is worth it).
+    /// Asks the core for a round on the current view and performs it: forget drained owners,
+    /// acquire, bid, release. Returns true when candidates remained that this worker wanted.
     async fn acquire_round(&mut self) -> bool {
-        let now_ms = lease_table::now_ms();
-        let owned: HashSet<String> = self.owned.keys().cloned().collect();
-        let me = self.shared.owner_id.clone();
-        let fresh = now_ms - self.config.lease.as_millis() as i64;
-        // Draining (and drained) owners are leaving: neither their leases nor their last bids
-        // make them live owners. A drained one that holds nothing and bids nothing any more is
-        // forgotten, so the set stays small.
-        let gone: Vec<String> = self
-            .draining_owners
+        let owned: HashMap<String, bool> = self
+            .owned
             .iter()
-            .filter(|owner| {
-                let holds = self.known.iter().any(|i| {
-                    i.owner_id.as_deref() == Some(owner.as_str())
-                        && i.lease_expires_at.is_some_and(|t| t >= now_ms)
-                });
-                let bids = self
-                    .bids
-                    .iter()
-                    .any(|b| b.bidder == **owner && b.at >= fresh);
-                !holds && !bids
-            })
-            .cloned()
+            .map(|(id, o)| (id.clone(), o.releasing))
             .collect();
-        if !gone.is_empty() {
-            tracing::debug!(?gone, "forgetting drained owners in the fleet signal");
-            for owner in &gone {
-                self.draining_owners.remove(owner);
-            }
+        let round = self
+            .core
+            .round(&owned, lease_table::now_ms(), Instant::now());
+        self.publish_gauges(&round);
+        if !round.forget_draining.is_empty() {
+            tracing::debug!(gone = ?round.forget_draining, "forgetting drained owners in the fleet signal");
             let table = self.shared.table.clone();
+            let gone = round.forget_draining.clone();
             tokio::spawn(async move { table.fleet_forget(&gone, FLEET_TIMEOUT).await });
         }
-        let bids: Vec<Bid> = self
-            .bids
-            .iter()
-            .filter(|b| b.at >= fresh && *b.bidder != *me)
-            .cloned()
-            .collect();
-        // Lapsed owners stay out of the live count for at least one lease and while they hold
-        // anything, unless they renewed after they were seen lapsed (a paused owner that resumed
-        // in time for some of its leases). "Hold" uses the plan's own test, expiry + skew: an
-        // owner whose last lease has just expired but is inside the skew margin counts live in
-        // the plan, so forgetting it then would shrink the share at the end of a takeover.
-        let lease_ms = self.config.lease.as_millis() as i64;
-        let cutoff = now_ms - self.limits().skew_ms;
-        let known = &self.known;
-        self.lapsed_owners.retain(|owner, seen| {
-            let mut holds = false;
-            for item in known
-                .iter()
-                .filter(|i| i.owner_id.as_deref() == Some(owner))
-            {
-                match item.lease_expires_at {
-                    Some(t) if t > *seen + lease_ms => return false,
-                    Some(t) if t >= cutoff => holds = true,
-                    _ => {}
-                }
-            }
-            holds || now_ms - *seen < lease_ms
-        });
-        let mut leaving = self.draining_owners.clone();
-        leaving.extend(self.lapsed_owners.keys().cloned());
-        let plan = decide::plan(
-            &self.known,
-            &bids,
-            &leaving,
-            &me,
-            &owned,
-            now_ms,
-            self.limits(),
-        );
-
-        for owner in &plan.lapsed {
-            self.lapsed_owners.entry(owner.clone()).or_insert(now_ms);
-        }
-        let metrics = &self.shared.metrics;
-        metrics.table_streams.set(self.known.len() as i64);
-        metrics.live_owners.set(plan.live_owners as i64);
-        self.live_owners = plan.live_owners;
-        metrics
-            .fair_share
-            .set(plan.target.min(i64::MAX as usize) as i64);
-        let cutoff = now_ms - self.limits().skew_ms;
-        let unowned = self
-            .known
-            .iter()
-            .filter(|i| !owned.contains(&i.stream_id))
-            .filter(|i| i.owner_id.is_none() || i.lease_expires_at.is_none_or(|t| t < cutoff))
-            .count();
-        metrics.unowned_streams.set(unowned as i64);
-
-        let now = Instant::now();
-        let cooldown = self.config.scan * 2;
-        let known = &self.known;
-        self.recently_shed.retain(|stream_id, (at, fence)| {
-            let taken_since = known
-                .iter()
-                .find(|i| i.stream_id == *stream_id)
-                .is_some_and(|i| i.fence_token.unwrap_or(0) > *fence);
-            now.duration_since(*at) < cooldown && !taken_since
-        });
-        let attempts: Vec<String> = plan
-            .acquire
-            .into_iter()
-            .filter(|s| !self.recently_shed.contains_key(s))
-            .collect();
-        let raced = self.acquire_all(&attempts).await;
-        if let Some(stream_id) = &plan.bid {
-            tracing::debug!(%stream_id, target = plan.target, owned = self.owned.len(), "starved below the fair share; bidding");
+        let raced = self.acquire_all(&round.acquire).await;
+        if let Some(stream_id) = &round.bid {
+            tracing::debug!(%stream_id, target = round.gauges.fair_share, owned = self.owned.len(), "starved below the fair share; bidding");
             if let Err(e) = self.shared.table.bid(stream_id, AWS_CALL_TIMEOUT).await {
                 tracing::warn!(%stream_id, error = %e, "bid failed");
             }
         }
-
-        let releasing = self.owned.values().filter(|o| o.releasing).count();
-        let want = plan.shed.len().saturating_sub(releasing);
-        let shed: Vec<String> = plan
-            .shed
-            .into_iter()
-            .filter(|s| self.owned.get(s).is_some_and(|o| !o.releasing))
-            .take(want)
-            .collect();
-        for stream_id in shed {
-            let reason = if plan.honoured.contains(&stream_id) {
-                "bid"
-            } else {
-                "shed"
-            };
-            self.release_one(&stream_id, reason);
+        for (stream_id, reason) in &round.release {
+            self.release_one(stream_id, *reason);
         }
-
-        // After the acquires: a refusal brought back the lease as it is now (renewed since the
-        // scan, or just taken by a competitor), and that expiry is the one to watch.
         let owned: HashSet<String> = self.owned.keys().cloned().collect();
-        self.next_watch_ms = decide::next_watch(
-            &self.known,
-            &me,
-            &owned,
-            lease_table::now_ms(),
-            self.limits().skew_ms,
-        );
-        self.raced = raced;
-        let filled = attempts.len() >= self.per_round && !raced;
-        let hurry = (plan.deferred > 0 || raced) && self.owned.len() < plan.target;
-        self.per_round = if hurry && filled {
-            (self.per_round * 2).min(MAX_PER_ROUND)
-        } else if hurry {
-            self.per_round
-        } else {
-            PER_ROUND
-        };
-        hurry
+        self.core
+            .finish_round(&round, raced, &owned, lease_table::now_ms(), Instant::now())
+    }
+
+    fn publish_gauges(&self, round: &Round) {
+        let metrics = &self.shared.metrics;
+        let g = round.gauges;
+        metrics.table_streams.set(g.table_streams as i64);
+        metrics.live_owners.set(g.live_owners as i64);
+        metrics
+            .fair_share
+            .set(g.fair_share.min(i64::MAX as usize) as i64);
+        metrics.unowned_streams.set(g.unowned as i64);
     }
 
     /// Tries every stream in `streams` at once; returns true when any race was lost or any
     /// acquire's outcome is unknown.
-    async fn acquire_all(&mut self, streams: &[String]) -> bool {
+    async fn acquire_all(&mut self, streams: &[Attempt]) -> bool {
         if streams.is_empty() {
             return false;
         }
@@ -479,28 +311,29 @@ impl Supervisor {
         // the round is.
         let mut pending: FuturesUnordered<_> = streams
             .iter()
-            .map(|stream_id| {
+            .map(|attempt| {
                 let table = self.shared.table.clone();
-                let stream_id = stream_id.clone();
+                let Attempt { stream_id, seen } = attempt.clone();
                 async move {
                     let started = (Instant::now(), lease_table::now_ms());
                     let result = table
-                        .acquire(&stream_id, lease, skew, ACQUIRE_TIMEOUT)
+                        .acquire(&stream_id, lease, skew, seen.as_ref(), ACQUIRE_TIMEOUT)
                         .await;
                     (stream_id, started, result)
                 }
             })
             .collect();
         let mut raced = false;
+        self.acquiring
+            .extend(streams.iter().map(|a| a.stream_id.clone()));
         while let Some((stream_id, started, result)) = pending.next().await {
+            self.acquiring.remove(&stream_id);
             match result {
                 Ok(Outcome::Done(item)) => self.start(item, started),
                 Ok(Outcome::Refused { current }) => {
                     raced = true;
                     tracing::debug!(%stream_id, holder = ?current.as_ref().and_then(|c| c.owner_id.clone()), "acquire refused");
-                    if let Some(current) = current {
-                        self.remember(current);
-                    }
+                    self.core.on_refused(current, Instant::now());
                 }
                 // A timed-out or dropped acquire may still have been written: the table may now
                 // name this worker with a lease nobody serves. Like a lost race, it makes the view
@@ -515,22 +348,10 @@ impl Supervisor {
         raced
     }
 
-    fn remember(&mut self, item: LeaseItem) {
-        match self
-            .known
-            .iter_mut()
-            .find(|k| k.stream_id == item.stream_id)
-        {
-            Some(slot) => *slot = item,
-            None => self.known.push(item),
-        }
-    }
-
     fn start(&mut self, item: LeaseItem, (started, started_unix_ms): (Instant, i64)) {
         let fence = item.fence_token.unwrap_or(0);
         let stream_id = item.stream_id.clone();
-        self.remember(item.clone());
-        if !self.fences.admit(&stream_id, fence) {
+        if !self.core.on_acquired(item.clone(), Instant::now()) {
             tracing::error!(%stream_id, fence_token = fence, "acquired with a fence token not above one seen before (was the table restored?); not publishing with it");
             return;
         }
@@ -569,28 +390,24 @@ impl Supervisor {
             .set(self.owned.len() as i64);
     }
 
-    fn release_one(&mut self, stream_id: &str, reason: &'static str) {
+    fn release_one(&mut self, stream_id: &str, reason: ReleaseReason) {
         let Some(owned) = self.owned.get_mut(stream_id) else {
             return;
         };
         owned.releasing = true;
         let by = Instant::now() + self.config.drain.min(self.config.lease / 2);
-        let _ = owned.control.send(Control::Release { by, reason });
+        let _ = owned.control.send(Control::Release {
+            by,
+            reason: reason.as_str(),
+        });
         match reason {
-            "shed" => tracing::info!(%stream_id, "shedding a stream above the fair share"),
-            "bid" => {
+            ReleaseReason::Shed => {
+                tracing::info!(%stream_id, "shedding a stream above the fair share")
+            }
+            ReleaseReason::Bid => {
                 tracing::info!(%stream_id, "handing a stream over to a bidder holding two fewer")
             }
-            _ => return,
         }
-        let fence = self
-            .known
-            .iter()
-            .find(|i| i.stream_id == stream_id)
-            .and_then(|i| i.fence_token)
-            .unwrap_or(0);
-        self.recently_shed
-            .insert(stream_id.to_string(), (Instant::now(), fence));
     }
 
     fn on_exit(&mut self, joined: Result<(String, Exit), tokio::task::JoinError>) {
@@ -630,6 +447,7 @@ impl Supervisor {
                 reason: "drain",
             });
         }
+        self.release_abandoned(deadline).await;
         // While the streams flush: tell the fleet this worker is draining, so the others stop
         // counting it as a live owner (their share grows to cover its streams) and look at once.
         // (Even with nothing owned: a starved worker's last bids would otherwise count it live.)
@@ -684,6 +502,35 @@ impl Supervisor {
         }
         self.shared.metrics.owned_streams.set(0);
         unconfirmed
+    }
+
+    /// Releases the streams whose acquire was abandoned at the signal, if the table names this
+    /// worker for them (read consistently; the release is conditioned on the fence read).
+    async fn release_abandoned(&mut self, deadline: Instant) {
+        if self.acquiring.is_empty() {
+            return;
+        }
+        let streams: Vec<String> = self.acquiring.drain().collect();
+        let left = deadline.saturating_duration_since(Instant::now());
+        let timeout = AWS_CALL_TIMEOUT.min(left).max(Duration::from_millis(100));
+        let table = &self.shared.table;
+        let released = futures_util::future::join_all(
+            streams
+                .iter()
+                .map(|stream_id| table.release_if_mine(stream_id, timeout)),
+        )
+        .await;
+        for (stream_id, result) in streams.iter().zip(released) {
+            match result {
+                Ok(true) => {
+                    tracing::info!(%stream_id, "released a lease whose acquire was in flight at the signal")
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(%stream_id, error = %e, "could not check a lease whose acquire was in flight at the signal; it expires instead")
+                }
+            }
+        }
     }
 
     /// One fleet signal write during drain, bounded by `deadline` (a failure only costs speed:

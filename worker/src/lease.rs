@@ -16,6 +16,7 @@ use lease_table::LeaseItem;
 
 use crate::decide::Bid;
 use crate::metrics::Metrics;
+use crate::stream::AWS_CALL_TIMEOUT;
 
 /// The IAM actions of every DynamoDB operation this worker calls.
 pub const DYNAMODB_ACTIONS: &[&str] = &["dynamodb:GetItem", "dynamodb:Scan", "dynamodb:UpdateItem"];
@@ -26,6 +27,20 @@ pub const DYNAMODB_ACTIONS: &[&str] = &["dynamodb:GetItem", "dynamodb:Scan", "dy
 pub const BID_OWNER: &str = "bid_owner";
 /// Extra attribute: Unix ms of the bid; bids older than one lease are ignored.
 pub const BID_AT: &str = "bid_at";
+
+/// Extra attribute: the last range of sequences a sink rejected permanently and this worker
+/// dead-lettered (`"FIRST-THROUGH"`), so a reader of the table sees the skip.
+pub const DEAD_LETTER_RANGE: &str = "dead_letter_range";
+/// Extra attribute: how many events of this stream were dead-lettered in all.
+pub const DEAD_LETTER_EVENTS: &str = "dead_letter_events";
+
+/// A failed scan page is retried this many times (from its own start key) before the scan fails.
+pub const SCAN_PAGE_RETRIES: u32 = 4;
+/// Backoff between retries of a scan page (up to about 0.1 + 0.2 + 0.4 + 0.8 s).
+const SCAN_RETRY_BACKOFF: crate::decide::Backoff = crate::decide::Backoff {
+    base: Duration::from_millis(100),
+    cap: Duration::from_secs(1),
+};
 
 /// One discovery scan: the lease items and the bids seen on them.
 #[derive(Debug, Clone, Default)]
@@ -121,16 +136,18 @@ impl LeaseTable {
         result
     }
 
-    /// Acquire (design §2) with a lease of `lease` from now.
+    /// Acquire (design §2) with a lease of `lease` from now; also allowed on an item still
+    /// exactly as `seen` (skew-tolerant expiry, see [`ops::acquire_seen`]).
     pub async fn acquire(
         &self,
         stream_id: &str,
         lease: Duration,
         skew: Duration,
+        seen: Option<&ops::Seen>,
         timeout: Duration,
     ) -> Result<Outcome<LeaseItem>, CallError> {
         let now = lease_table::now_ms();
-        let call = ops::acquire(
+        let call = ops::acquire_seen(
             &self.client,
             &self.table,
             stream_id,
@@ -138,20 +155,21 @@ impl LeaseTable {
             lease.as_millis() as i64,
             now,
             skew.as_millis() as i64,
+            seen,
         );
         self.timed("acquire", timeout, call).await
     }
 
-    /// Renew (design §2), carrying `checkpoint` when one is due.
+    /// Renew (design §2) at wall-clock `now` (Unix ms), carrying `checkpoint` when one is due.
     pub async fn renew(
         &self,
         stream_id: &str,
         fence: u64,
         lease: Duration,
         checkpoint: Option<u64>,
+        now: i64,
         timeout: Duration,
     ) -> Result<Outcome<()>, CallError> {
-        let now = lease_table::now_ms();
         let call = ops::renew(
             &self.client,
             &self.table,
@@ -204,6 +222,35 @@ impl LeaseTable {
         self.timed("release", timeout, call).await
     }
 
+    /// Reads `stream_id` consistently and releases it if the table names this worker (an
+    /// acquire whose answer was abandoned). True when released.
+    pub async fn release_if_mine(
+        &self,
+        stream_id: &str,
+        timeout: Duration,
+    ) -> Result<bool, CallError> {
+        let get = async {
+            lease_table::get(&self.client, &self.table, stream_id)
+                .await
+                .map(Outcome::Done)
+                .map_err(|e| OpError {
+                    op: "get",
+                    stream_id: stream_id.to_string(),
+                    kind: ErrorKind::Other,
+                    message: e.to_string(),
+                })
+        };
+        let Outcome::Done(Some(item)) = self.timed("get", timeout, get).await? else {
+            return Ok(false);
+        };
+        if item.owner_id.as_deref() != Some(&*self.owner_id) {
+            return Ok(false);
+        }
+        let fence = item.fence_token.unwrap_or(0);
+        let released = self.release(stream_id, fence, None, timeout).await?;
+        Ok(matches!(released, Outcome::Done(())))
+    }
+
     /// Reads the fleet signal ([`lease_table::FLEET_ITEM`]): one eventually consistent `GetItem`.
     pub async fn fleet_read(&self, timeout: Duration) -> Result<FleetSignal, CallError> {
         let call = async {
@@ -250,6 +297,9 @@ impl LeaseTable {
 
     /// Reads the whole table (paginated; eventually consistent unless `consistent`: it only
     /// hints at candidates; conditional writes decide). Each page has its own `page_timeout`.
+    /// A failed or timed-out page is retried from its own start key (`LastEvaluatedKey` of the
+    /// page before) up to [`SCAN_PAGE_RETRIES`] times with backoff, keeping the pages already
+    /// read: under throttling, discovery must not fail exactly when the table is busy.
     /// Malformed items are logged and skipped, reserved items ([`lease_table::is_reserved`])
     /// ignored.
     pub async fn scan(
@@ -259,47 +309,22 @@ impl LeaseTable {
     ) -> Result<ScanView, CallError> {
         let mut view = ScanView::default();
         let mut start_key = None;
+        let mut retries = 0;
         loop {
-            let request = self
-                .client
-                .scan()
-                .table_name(&*self.table)
-                .consistent_read(consistent)
-                .set_exclusive_start_key(start_key)
-                .send();
-            let page = match tokio::time::timeout(page_timeout, request).await {
-                Ok(Ok(page)) => {
-                    self.metrics.dynamodb("scan", "ok");
-                    page
+            let page = match self
+                .scan_page(page_timeout, consistent, start_key.clone())
+                .await
+            {
+                Ok(page) => page,
+                Err(e) if retries < SCAN_PAGE_RETRIES => {
+                    let delay =
+                        SCAN_RETRY_BACKOFF.delay(retries, 0.5 + 0.5 * rand::random::<f64>());
+                    retries += 1;
+                    tracing::debug!(error = %e, retry = retries, delay_ms = delay.as_millis() as u64, pages_kept = view.items.len(), "scan page failed; retrying it from its start key");
+                    tokio::time::sleep(delay).await;
+                    continue;
                 }
-                Ok(Err(e)) => {
-                    let throttled = e
-                        .as_service_error()
-                        .and_then(|s| s.code())
-                        .is_some_and(|c| {
-                            c.contains("Throttl") || c.contains("ProvisionedThroughputExceeded")
-                        });
-                    let kind = if throttled {
-                        ErrorKind::Throttled
-                    } else {
-                        ErrorKind::Other
-                    };
-                    let err = CallError::Failed(OpError {
-                        op: "scan",
-                        stream_id: String::new(),
-                        kind,
-                        message: aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string(),
-                    });
-                    self.metrics.dynamodb("scan", err.outcome());
-                    return Err(err);
-                }
-                Err(_) => {
-                    self.metrics.dynamodb("scan", "timeout");
-                    return Err(CallError::Timeout {
-                        op: "scan",
-                        after: page_timeout,
-                    });
-                }
+                Err(e) => return Err(e),
             };
             for raw in page.items() {
                 if matches!(raw.get(lease_table::attr::STREAM_ID), Some(AttributeValue::S(id)) if lease_table::is_reserved(id))
@@ -332,6 +357,107 @@ impl LeaseTable {
             }
         }
         Ok(view)
+    }
+
+    /// One scan page from `start_key`, counted.
+    async fn scan_page(
+        &self,
+        page_timeout: Duration,
+        consistent: bool,
+        start_key: Option<std::collections::HashMap<String, AttributeValue>>,
+    ) -> Result<aws_sdk_dynamodb::operation::scan::ScanOutput, CallError> {
+        let request = self
+            .client
+            .scan()
+            .table_name(&*self.table)
+            .consistent_read(consistent)
+            .set_exclusive_start_key(start_key)
+            .send();
+        match tokio::time::timeout(page_timeout, request).await {
+            Ok(Ok(page)) => {
+                self.metrics.dynamodb("scan", "ok");
+                Ok(page)
+            }
+            Ok(Err(e)) => {
+                let throttled = e
+                    .as_service_error()
+                    .and_then(|s| s.code())
+                    .is_some_and(|c| {
+                        c.contains("Throttl") || c.contains("ProvisionedThroughputExceeded")
+                    });
+                let kind = if throttled {
+                    ErrorKind::Throttled
+                } else {
+                    ErrorKind::Other
+                };
+                let err = CallError::Failed(OpError {
+                    op: "scan",
+                    stream_id: String::new(),
+                    kind,
+                    message: aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string(),
+                });
+                self.metrics.dynamodb("scan", err.outcome());
+                Err(err)
+            }
+            Err(_) => {
+                self.metrics.dynamodb("scan", "timeout");
+                Err(CallError::Timeout {
+                    op: "scan",
+                    after: page_timeout,
+                })
+            }
+        }
+    }
+
+    /// Records a dead-lettered range on the stream's item, conditioned on holding it.
+    pub async fn note_skipped(
+        &self,
+        stream_id: &str,
+        fence: u64,
+        (first, through): (u64, u64),
+        count: u64,
+    ) -> Result<Outcome<()>, CallError> {
+        let now = lease_table::now_ms();
+        let call = async {
+            let result = self
+                .client
+                .update_item()
+                .table_name(&*self.table)
+                .key(
+                    lease_table::attr::STREAM_ID,
+                    AttributeValue::S(stream_id.to_string()),
+                )
+                .update_expression("SET #r = :range, updated_at = :now ADD #n :count")
+                .condition_expression("owner_id = :me AND fence_token = :token")
+                .expression_attribute_names("#r", DEAD_LETTER_RANGE)
+                .expression_attribute_names("#n", DEAD_LETTER_EVENTS)
+                .expression_attribute_values(
+                    ":range",
+                    AttributeValue::S(format!("{first}-{through}")),
+                )
+                .expression_attribute_values(":count", AttributeValue::N(count.to_string()))
+                .expression_attribute_values(":now", AttributeValue::N(now.to_string()))
+                .expression_attribute_values(":me", AttributeValue::S(self.owner_id.to_string()))
+                .expression_attribute_values(":token", AttributeValue::N(fence.to_string()))
+                .send()
+                .await;
+            match result {
+                Ok(_) => Ok(Outcome::Done(())),
+                Err(e)
+                    if e.as_service_error()
+                        .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+                {
+                    Ok(Outcome::Refused { current: None })
+                }
+                Err(e) => Err(OpError {
+                    op: "note_skipped",
+                    stream_id: stream_id.to_string(),
+                    kind: ErrorKind::Other,
+                    message: aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string(),
+                }),
+            }
+        };
+        self.timed("note_skipped", AWS_CALL_TIMEOUT, call).await
     }
 
     /// Records this worker's bid on a stream someone else holds (one conditional write).

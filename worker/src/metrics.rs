@@ -73,6 +73,9 @@ pub struct Metrics {
     pub batches_published: Counter,
     pub sink_rejections: Family<Labels, Counter>,
     pub upstream_reconnects: Counter,
+    pub upstream_idle_timeouts: Counter,
+    pub halted_streams: Gauge,
+    pub dead_lettered_events: Counter,
     pub gaps_detected: Family<Labels, Counter>,
     pub gap_events_missing: Counter,
     pub malformed_frames: Counter,
@@ -107,6 +110,9 @@ impl Metrics {
             batches_published: Counter::default(),
             sink_rejections: Family::default(),
             upstream_reconnects: Counter::default(),
+            upstream_idle_timeouts: Counter::default(),
+            halted_streams: Gauge::default(),
+            dead_lettered_events: Counter::default(),
             gaps_detected: Family::default(),
             gap_events_missing: Counter::default(),
             malformed_frames: Counter::default(),
@@ -196,6 +202,21 @@ impl Metrics {
             "lease_worker_upstream_reconnects",
             "Upstream WebSocket reconnects",
             m.upstream_reconnects.clone(),
+        );
+        r.register(
+            "lease_worker_upstream_idle_timeouts",
+            "Upstream sockets dropped for silence past UPSTREAM_IDLE_MS (then reopened)",
+            m.upstream_idle_timeouts.clone(),
+        );
+        r.register(
+            "lease_worker_halted_streams",
+            "Streams halted on a sink's permanent rejection (SINK_REJECT_POLICY=halt), retrying",
+            m.halted_streams.clone(),
+        );
+        r.register(
+            "lease_worker_dead_lettered_events",
+            "Events a sink rejected permanently, written to DEAD_LETTER_DIR and skipped",
+            m.dead_lettered_events.clone(),
         );
         r.register(
             "lease_worker_gaps_detected",

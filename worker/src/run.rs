@@ -108,6 +108,8 @@ pub async fn run(
         renew_every: config.renew,
         batch_max_events: config.batch_max_events,
         batch_max_delay: config.batch_max_delay,
+        upstream_idle: config.upstream_idle,
+        sink_reject: config.sink_reject.clone(),
         enforce_deadline: !config.chaos_skip_deadline_check,
     });
     let config = Arc::new(config);

@@ -1,7 +1,8 @@
 //! The sink client (design §4): posts one serialised `SinkBatch` and classifies the answer.
 //!
 //! One shared `reqwest` client (connection pool) for every stream of the process. This module
-//! sends exactly one request per call; retrying, and what a 409 means, are the stream runner's.
+//! sends exactly one request per call; retrying, and what a 409 or another 4xx means, are the
+//! stream runner's. [`dead_letter`] writes a permanently rejected batch aside.
 
 use std::time::Duration;
 
@@ -15,6 +16,10 @@ pub enum SinkAnswer {
     Accepted(Option<SinkAck>),
     /// 409: a higher fence token exists; the stream is lost.
     Fenced(String),
+    /// A permanent rejection of this batch: a 4xx other than 409, 408 and 429 (400, 413, 422…).
+    /// Sending the same bytes again will not help until the sink changes; the stream's
+    /// `SINK_REJECT_POLICY` decides (halt, or dead-letter and continue).
+    Rejected { status: u16, detail: String },
     /// Anything else: retry with backoff. `status` is the metric label.
     Transient {
         status: &'static str,
@@ -111,8 +116,14 @@ impl Sink {
         }
         let detail = response.text().await.unwrap_or_default();
         let detail: String = detail.chars().take(200).collect();
+        let permanent = status.is_client_error() && !matches!(status.as_u16(), 408 | 429);
         if status.as_u16() == 409 {
             SinkAnswer::Fenced(detail)
+        } else if permanent {
+            SinkAnswer::Rejected {
+                status: status.as_u16(),
+                detail,
+            }
         } else {
             SinkAnswer::Transient {
                 status: if status.is_server_error() {
@@ -124,6 +135,24 @@ impl Sink {
             }
         }
     }
+}
+
+/// Writes a batch the sink rejected permanently into `dir` as
+/// `{stream}-{first}-{through}-f{fence}.json` (the request body as sent), atomically; returns the
+/// file's path.
+pub fn dead_letter(
+    dir: &std::path::Path,
+    stream_id: &str,
+    (first, through): (u64, u64),
+    fence: u64,
+    body: &[u8],
+) -> std::io::Result<std::path::PathBuf> {
+    let name = format!("{stream_id}-{first}-{through}-f{fence}.json");
+    let path = dir.join(&name);
+    let tmp = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&tmp, body)?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(path)
 }
 
 /// An error and its causes on one line: reqwest's own message omits why the request failed

@@ -38,6 +38,10 @@ const LEFT_UNSET: &[(&str, &str)] = &[
         "test-only zombie switch; must never reach a real deployment",
     ),
     (
+        "DEAD_LETTER_DIR",
+        "only with SINK_REJECT_POLICY=dead-letter, which needs a volume; the deployment halts",
+    ),
+    (
         "RUST_LOG",
         "optional log filter; the worker's default level suits CloudWatch",
     ),
@@ -712,8 +716,13 @@ async fn owner_id_is_the_task_arn_from_the_ecs_metadata_endpoint() {
     assert_eq!(from_metadata, ARN, "OWNER_ID defaults to the task ARN");
     assert_eq!(explicit, "worker-a", "an explicit OWNER_ID wins");
     assert!(
-        fallback.ends_with(&format!("-{}", std::process::id())),
-        "without a usable endpoint the owner is host name and pid, got {fallback:?}"
+        fallback.contains(&format!("-{}-", std::process::id())),
+        "without a usable endpoint the owner is host name, pid and a suffix, got {fallback:?}"
+    );
+    let again = resolve_owner_id(None).await;
+    assert_ne!(
+        fallback, again,
+        "the random suffix keeps two processes with one host name and pid apart"
     );
     let seen = seen.lock().unwrap().clone();
     assert_eq!(

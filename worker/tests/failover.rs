@@ -63,6 +63,9 @@ async fn one_owner_at_a_time_and_sigkill_hands_over_with_next_fence_from_checkpo
     let survivor = workers.pop().unwrap();
     owner.kill();
     let killed_at = Instant::now();
+    // A renewal in flight at the kill (it carries the checkpoint) lands within milliseconds:
+    // read the checkpoint past it.
+    tokio::time::sleep(Duration::from_millis(150)).await;
     let checkpoint = item(&client, STREAM).await.checkpoint.unwrap_or(0);
     let next = sink
         .wait_accepted(STREAM, Duration::from_secs(30), |r| r.fence > first.fence)

@@ -132,6 +132,80 @@ async fn stale_tokens_are_refused_and_release_keeps_fence_and_checkpoint() {
     );
 }
 
+/// Issue #17 (2): a renewal or checkpoint that timed out at the client and is applied after its
+/// successor (DynamoDB's late apply) must be refused, not move the lease or the checkpoint back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_applied_renewal_or_checkpoint_never_moves_the_item_back() {
+    let _serial = SERIAL.lock().await;
+    let ddb = dynamo(&["s"]).await;
+    let c = ddb.client();
+    let t0 = 2_000_000;
+    let a = ops::acquire(&c, TABLE, "s", "a", LEASE_MS, t0, 200)
+        .await
+        .unwrap();
+    assert!(matches!(a, Outcome::Done(_)), "{a:?}");
+    // The successor renewal (started at t0 + 1000, checkpoint 20) lands first.
+    let later = ops::renew(
+        &c,
+        TABLE,
+        "s",
+        holder("a", 1),
+        LEASE_MS,
+        t0 + 1_000,
+        Some(20),
+    )
+    .await
+    .unwrap();
+    assert_eq!(later, Outcome::Done(()));
+    // The older one (started at t0 + 500, checkpoint 10) lands after it: refused, and the
+    // refusal shows the item as it is (ours, with the later expiry).
+    let late = ops::renew(&c, TABLE, "s", holder("a", 1), LEASE_MS, t0 + 500, Some(10))
+        .await
+        .unwrap();
+    match late {
+        Outcome::Refused { current: Some(cur) } => {
+            assert_eq!(cur.lease_expires_at, Some(t0 + 1_000 + LEASE_MS))
+        }
+        other => panic!("a late renewal must be refused: {other:?}"),
+    }
+    // Without a checkpoint too: the expiry alone never moves back.
+    let late = ops::renew(&c, TABLE, "s", holder("a", 1), LEASE_MS, t0 + 600, None)
+        .await
+        .unwrap();
+    assert!(matches!(late, Outcome::Refused { .. }), "{late:?}");
+    // A late checkpoint alone is refused too; an equal or higher one is written.
+    let back = ops::checkpoint(&c, TABLE, "s", holder("a", 1), 15, t0 + 700)
+        .await
+        .unwrap();
+    assert!(matches!(back, Outcome::Refused { .. }), "{back:?}");
+    let it = item(&c, "s").await;
+    assert_eq!(
+        (it.lease_expires_at, it.checkpoint),
+        (Some(t0 + 1_000 + LEASE_MS), Some(20))
+    );
+    for (at, cp) in [(t0 + 1_200, 20), (t0 + 1_300, 25)] {
+        let ok = ops::renew(&c, TABLE, "s", holder("a", 1), LEASE_MS, at, Some(cp))
+            .await
+            .unwrap();
+        assert_eq!(
+            ok,
+            Outcome::Done(()),
+            "renewal at {at} with checkpoint {cp}"
+        );
+    }
+    assert_eq!(
+        ops::checkpoint(&c, TABLE, "s", holder("a", 1), 30, t0 + 1_400)
+            .await
+            .unwrap(),
+        Outcome::Done(())
+    );
+    let it = item(&c, "s").await;
+    assert_eq!(
+        (it.lease_expires_at, it.checkpoint),
+        (Some(t0 + 1_300 + LEASE_MS), Some(30))
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_demo_items_are_compatible_and_missing_items_are_not_created() {
     let _serial = SERIAL.lock().await;

@@ -66,6 +66,7 @@ fn kill(t_ms: u64, fence: u64, remaining: i64) -> Record {
             fence_token: fence,
             lease_remaining_ms: remaining,
         }],
+        ..Action::default()
     })
 }
 

@@ -130,6 +130,7 @@ impl Lab {
                 env,
                 worker_env: BTreeMap::new(),
                 args: Vec::new(),
+                hooks: Vec::new(),
             },
             recorder.clone(),
         );

@@ -391,6 +391,7 @@ async fn fault_cycle(
         target: victim.clone(),
         fault: Some(index),
         streams: streams.clone(),
+        ..Action::default()
     }));
     let raises_before = lab.sink.fence_raises();
     let limit = Duration::from_millis(match kind {

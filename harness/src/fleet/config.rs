@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use lease_protocol::settings;
 
@@ -19,12 +20,31 @@ const AWS_CREDENTIALS: &[&str] = &[
     "AWS_PROFILE",
 ];
 
+/// libfaketime's settings: only a scenario's clock faults set them (see `faults::clock`).
+const FAKETIME: &[&str] = &[
+    "FAKETIME",
+    "FAKETIME_TIMESTAMP_FILE",
+    "FAKETIME_NO_CACHE",
+    "FAKETIME_DONT_FAKE_MONOTONIC",
+];
+
 /// Every variable removed from a worker's inherited environment before the run's own are set,
 /// so the caller's shell cannot change a run: each worker setting
 /// ([`lease_protocol::settings::ALL`], so a new setting is covered without touching this list)
 /// and the AWS credentials.
 pub fn managed_env() -> impl Iterator<Item = &'static str> {
-    settings::ALL.iter().chain(AWS_CREDENTIALS).copied()
+    settings::ALL
+        .iter()
+        .chain(AWS_CREDENTIALS)
+        .chain(FAKETIME)
+        .copied()
+}
+
+/// Adds to a worker's environment as it is spawned: its link proxies, its clock. A run installs
+/// one only for the faults its scenario has, so a run without them pays nothing.
+pub trait SpawnHook: Send + Sync + std::fmt::Debug {
+    /// Extra environment for `worker` (set last, over everything else).
+    fn env(&self, worker: &str) -> anyhow::Result<Vec<(String, String)>>;
 }
 
 /// How a fleet starts its workers.
@@ -40,6 +60,8 @@ pub struct FleetConfig {
     pub worker_env: BTreeMap<String, BTreeMap<String, String>>,
     /// Command-line arguments (none for `lease-worker`, which reads its environment).
     pub args: Vec<String>,
+    /// Environment added per worker at spawn (fault machinery).
+    pub hooks: Vec<Arc<dyn SpawnHook>>,
 }
 
 impl FleetConfig {
@@ -72,6 +94,7 @@ impl FleetConfig {
             env,
             worker_env: fleet.worker_env.clone(),
             args: Vec::new(),
+            hooks: Vec::new(),
         }
     }
 }

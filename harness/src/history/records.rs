@@ -150,7 +150,11 @@ impl Outcome {
 /// A harness action (`kill`, `pause`, `resume`, `terminate`, `start`), with what the target
 /// owned at that instant, read from the lease table. `ready` is no injection but what a rolling
 /// deploy waited for: a worker it started answered `/readyz`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Fault-menu actions (design §10) also say which `link` they hit and carry their parameters
+/// in `detail`; a fault with a period ends with a `heal` line of the same `fault` index (its
+/// `detail.healed` names the fault and what it did).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Action {
     pub t_ms: u64,
     pub action: String,
@@ -159,6 +163,12 @@ pub struct Action {
     #[serde(default)]
     pub fault: Option<usize>,
     pub streams: Vec<ActionStream>,
+    /// `dynamodb`, `upstream` or `sink`, for a fault on a worker's link.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<String>,
+    /// The fault's parameters (and, on a `heal`, what it did).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<serde_json::Value>,
 }
 
 /// A stream the target held at injection time.

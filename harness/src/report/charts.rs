@@ -151,8 +151,10 @@ fn draw_faults(chart: &mut Chart, view: &RunView, y_top: f64) -> DrawResult {
             PERIOD_FILL.mix(0.18).filled(),
         ))?;
     }
+    draw_link_bands(&area, view, y_top)?;
     let mut groups: Vec<(i32, Vec<&super::view::Marker>)> = Vec::new();
-    for m in &view.markers {
+    // A heal is the end of a band, not an injection: no line of its own.
+    for m in view.markers.iter().filter(|m| m.action != "heal") {
         let x = seconds(m.t_ms);
         area.draw(&PathElement::new(
             vec![(x, 0.0), (x, y_top)],
@@ -176,6 +178,44 @@ fn draw_faults(chart: &mut Chart, view: &RunView, y_top: f64) -> DrawResult {
         let element = EmptyElement::at((seconds(group[0].t_ms), y_top))
             + Text::new(label, (2, -3 - 12 * level as i32), label_style);
         area.draw(&element)?;
+    }
+    Ok(())
+}
+
+/// Colour of each link's fault band.
+const LINK_COLOURS: [(&str, RGBColor); 3] = [
+    ("dynamodb", RGBColor(230, 120, 0)),
+    ("upstream", RGBColor(40, 110, 200)),
+    ("sink", RGBColor(140, 60, 170)),
+];
+
+/// Fault periods per link: one thin band per link along the top of the chart (dynamodb, then
+/// upstream, then sink), labelled with the fault and its target.
+fn draw_link_bands(
+    area: &DrawingArea<SVGBackend<'_>, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    view: &RunView,
+    y_top: f64,
+) -> DrawResult {
+    let band = (y_top / 30.0).max(0.08);
+    for (row, (link, colour)) in LINK_COLOURS.iter().enumerate() {
+        let y1 = y_top - band * (row as f64 * 1.3);
+        let y0 = y1 - band;
+        for p in view
+            .periods
+            .iter()
+            .filter(|p| p.link.as_deref() == Some(*link))
+        {
+            area.draw(&Rectangle::new(
+                [(seconds(p.start_ms), y0), (seconds(p.end_ms), y1)],
+                colour.mix(0.75).filled(),
+            ))?;
+            let style = text_style(10, Pos::new(HPos::Left, VPos::Center)).color(colour);
+            area.draw(&Text::new(
+                p.label.clone(),
+                (seconds(p.end_ms), (y0 + y1) / 2.0),
+                style,
+            ))?;
+        }
     }
     Ok(())
 }

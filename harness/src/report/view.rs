@@ -33,6 +33,8 @@ pub struct Marker {
     pub target: String,
     pub fault: Option<usize>,
     pub streams: usize,
+    /// The link a fault-menu action hit (`dynamodb`, `upstream`, `sink`).
+    pub link: Option<String>,
 }
 
 /// A shaded stretch of time: a pause until its resume, or an injection until the last takeover
@@ -42,6 +44,8 @@ pub struct FaultPeriod {
     pub start_ms: u64,
     pub end_ms: u64,
     pub label: String,
+    /// The link of a link, DynamoDB, upstream or sink fault: drawn in its own band.
+    pub link: Option<String>,
 }
 
 /// Who held how many streams at one instant.
@@ -163,6 +167,7 @@ impl Builder {
                 target: a.target,
                 fault: a.fault,
                 streams: a.streams.len(),
+                link: a.link,
             }),
             Record::OwnerSample(s) => {
                 self.owners.extend(s.owners.keys().cloned());
@@ -282,18 +287,29 @@ impl RunView {
     }
 }
 
-/// Shaded periods: each pause until the next resume of the same target, and each action that
-/// caused takeovers until the last of them (matched by `at_ms − takeover_ms` and cause).
+/// Shaded periods: each pause until the next resume of the same target, each fault-menu fault
+/// until its `heal` (same fault index and target), and each action that caused takeovers until
+/// the last of them (matched by `at_ms − takeover_ms` and cause).
 fn fault_periods(markers: &[Marker], report: &Report) -> Vec<FaultPeriod> {
     let mut periods = Vec::new();
     for (i, m) in markers.iter().enumerate() {
         let mut end = m.t_ms;
+        if m.action == "heal" {
+            continue;
+        }
         if m.action == "pause" {
             if let Some(resume) = markers[i + 1..]
                 .iter()
                 .find(|r| r.action == "resume" && r.target == m.target)
             {
                 end = end.max(resume.t_ms);
+            }
+        }
+        if m.link.is_some() {
+            if let Some(heal) = markers[i + 1..].iter().find(|h| {
+                h.action == "heal" && h.fault == m.fault && h.target == m.target && h.link == m.link
+            }) {
+                end = end.max(heal.t_ms);
             }
         }
         for t in &report.takeovers {
@@ -305,10 +321,15 @@ fn fault_periods(markers: &[Marker], report: &Report) -> Vec<FaultPeriod> {
             }
         }
         if end > m.t_ms {
+            let label = match &m.link {
+                Some(link) if link != &m.target => format!("{} {link} {}", m.action, m.target),
+                _ => format!("{} {}", m.action, m.target),
+            };
             periods.push(FaultPeriod {
                 start_ms: m.t_ms,
                 end_ms: end,
-                label: format!("{} {}", m.action, m.target),
+                label,
+                link: m.link.clone(),
             });
         }
     }

@@ -9,6 +9,7 @@
 mod deploy;
 mod error;
 mod expr;
+pub mod menu;
 mod model;
 pub mod raw;
 mod spans;
@@ -74,10 +75,15 @@ impl Scenario {
 
     /// The stream ids of this scenario, `s-0001…`.
     pub fn stream_ids(&self) -> Vec<String> {
-        (1..=self.upstream.streams)
-            .map(|i| lease_protocol::stream_name(&self.upstream.stream_prefix, i))
-            .collect()
+        upstream_stream_ids(&self.upstream)
     }
+}
+
+/// The stream ids an upstream configuration names, `s-0001…`.
+fn upstream_stream_ids(upstream: &Upstream) -> Vec<String> {
+    (1..=upstream.streams)
+        .map(|i| lease_protocol::stream_name(&upstream.stream_prefix, i))
+        .collect()
 }
 
 /// The names threshold expressions may use, with their values.

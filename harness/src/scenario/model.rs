@@ -91,6 +91,8 @@ pub enum FaultAction {
         maximum_percent: u32,
         stop_timeout_ms: u64,
     },
+    /// A fault from the menu beyond signals: links, DynamoDB, clocks, upstream, sink.
+    Menu(super::menu::MenuAction),
 }
 
 impl FaultAction {
@@ -102,6 +104,7 @@ impl FaultAction {
             FaultAction::Terminate { .. } => "terminate",
             FaultAction::Start { .. } => "start",
             FaultAction::RollingDeploy { .. } => "rolling_deploy",
+            FaultAction::Menu(m) => m.name(),
         }
     }
 }
@@ -115,6 +118,8 @@ pub enum Target {
     Random,
     /// The running worker owning most streams at that instant.
     Busiest,
+    /// Every running worker (fault-menu actions only).
+    All,
 }
 
 impl fmt::Display for Target {
@@ -123,6 +128,7 @@ impl fmt::Display for Target {
             Target::Worker(n) => write!(f, "{}", worker_name(*n)),
             Target::Random => f.write_str("random"),
             Target::Busiest => f.write_str("busiest"),
+            Target::All => f.write_str("all"),
         }
     }
 }

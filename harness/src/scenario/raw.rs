@@ -94,6 +94,24 @@ pub enum RawAction {
     Terminate,
     Start,
     RollingDeploy,
+    Latency,
+    Bandwidth,
+    Partition,
+    Reset,
+    HalfOpen,
+    Heal,
+    Throttle,
+    Unanswered,
+    LateApply,
+    Clock,
+    ClockStep,
+    UpstreamDrop,
+    UpstreamPause,
+    UpstreamGap,
+    UpstreamSkip,
+    SinkError,
+    SinkSlow,
+    SinkPoison,
 }
 
 impl RawAction {
@@ -104,6 +122,24 @@ impl RawAction {
             RawAction::Terminate => "terminate",
             RawAction::Start => "start",
             RawAction::RollingDeploy => "rolling_deploy",
+            RawAction::Latency => "latency",
+            RawAction::Bandwidth => "bandwidth",
+            RawAction::Partition => "partition",
+            RawAction::Reset => "reset",
+            RawAction::HalfOpen => "half_open",
+            RawAction::Heal => "heal",
+            RawAction::Throttle => "throttle",
+            RawAction::Unanswered => "unanswered",
+            RawAction::LateApply => "late_apply",
+            RawAction::Clock => "clock",
+            RawAction::ClockStep => "clock_step",
+            RawAction::UpstreamDrop => "upstream_drop",
+            RawAction::UpstreamPause => "upstream_pause",
+            RawAction::UpstreamGap => "upstream_gap",
+            RawAction::UpstreamSkip => "upstream_skip",
+            RawAction::SinkError => "sink_error",
+            RawAction::SinkSlow => "sink_slow",
+            RawAction::SinkPoison => "sink_poison",
         }
     }
 }
@@ -125,6 +161,35 @@ pub struct RawFault {
     pub minimum_healthy_percent: Option<u32>,
     #[serde(default)]
     pub maximum_percent: Option<u32>,
+    /// The fault menu's fields (`harness/README.md` says which action takes which).
+    #[serde(default)]
+    pub link: Option<String>,
+    #[serde(default)]
+    pub direction: Option<String>,
+    #[serde(default)]
+    pub latency_ms: Option<u64>,
+    #[serde(default)]
+    pub jitter_ms: Option<u64>,
+    #[serde(default)]
+    pub bytes_per_second: Option<u64>,
+    #[serde(default)]
+    pub fraction: Option<f64>,
+    #[serde(default)]
+    pub operation: Option<String>,
+    #[serde(default)]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub hold_seconds: Option<f64>,
+    #[serde(default)]
+    pub offset_ms: Option<i64>,
+    #[serde(default)]
+    pub step_ms: Option<i64>,
+    #[serde(default)]
+    pub stream: Option<String>,
+    #[serde(default)]
+    pub seq: Option<u64>,
+    #[serde(default)]
+    pub status: Option<u16>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -17,7 +17,7 @@ pub(super) struct Validator<'a> {
 }
 
 impl Validator<'_> {
-    fn err(&self, field: &str, message: impl Into<String>) -> ScenarioError {
+    pub(super) fn err(&self, field: &str, message: impl Into<String>) -> ScenarioError {
         ScenarioError {
             file: self.file.to_path_buf(),
             line: self.spans.line(field),
@@ -26,7 +26,7 @@ impl Validator<'_> {
         }
     }
 
-    fn ms(&self, field: &str, seconds: f64) -> Result<u64, ScenarioError> {
+    pub(super) fn ms(&self, field: &str, seconds: f64) -> Result<u64, ScenarioError> {
         if !seconds.is_finite() || seconds < 0.0 {
             return Err(self.err(
                 field,
@@ -36,7 +36,7 @@ impl Validator<'_> {
         Ok((seconds * 1000.0).round() as u64)
     }
 
-    fn positive_ms(&self, field: &str, seconds: f64) -> Result<u64, ScenarioError> {
+    pub(super) fn positive_ms(&self, field: &str, seconds: f64) -> Result<u64, ScenarioError> {
         match self.ms(field, seconds)? {
             0 => Err(self.err(field, "must be greater than zero")),
             ms => Ok(ms),
@@ -70,7 +70,8 @@ impl Validator<'_> {
                 .positive_ms("run.settle_timeout_seconds", raw.run.settle_timeout_seconds)?,
             seed: raw.run.seed.unwrap_or(DEFAULT_SEED),
         };
-        let faults = self.faults(&raw.faults, &fleet, &run)?;
+        let stream_ids = super::upstream_stream_ids(&upstream);
+        let faults = self.faults(&raw.faults, &fleet, &run, &stream_ids)?;
         for name in fleet.worker_env.keys() {
             let n = parse_worker(name);
             let started = total_workers(&fleet, &faults);
@@ -194,6 +195,7 @@ impl Validator<'_> {
         raw: &[RawFault],
         fleet: &Fleet,
         run: &RunTimes,
+        streams: &[String],
     ) -> Result<Vec<Fault>, ScenarioError> {
         let mut faults = Vec::new();
         // Workers that exist by each fault's time: the initial fleet plus those started earlier.
@@ -232,6 +234,7 @@ impl Validator<'_> {
                     "maximum_percent",
                     "stop_timeout_seconds",
                 ],
+                other => super::menu::fields(other).unwrap_or(&[]),
             };
             let given = [
                 ("target", f.target.is_some()),
@@ -243,7 +246,9 @@ impl Validator<'_> {
                     f.minimum_healthy_percent.is_some(),
                 ),
                 ("maximum_percent", f.maximum_percent.is_some()),
-            ];
+            ]
+            .into_iter()
+            .chain(super::menu::given(f));
             for (name, present) in given {
                 if present && !allowed.contains(&name) {
                     return Err(self.err(
@@ -325,6 +330,7 @@ impl Validator<'_> {
                         stop_timeout_ms,
                     }
                 }
+                _ => FaultAction::Menu(self.menu(i, f, at_ms, existing[i], streams, run)?),
             };
             faults.push(Fault {
                 at_ms,
@@ -336,7 +342,7 @@ impl Validator<'_> {
         Ok(faults)
     }
 
-    fn target(
+    pub(super) fn target(
         &self,
         field: &str,
         target: Option<&str>,

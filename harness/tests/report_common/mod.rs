@@ -268,6 +268,7 @@ pub fn history(streams: usize, period_ms: u64) -> Vec<Record> {
                 target: target.into(),
                 fault: Some(fault),
                 streams,
+                ..Action::default()
             })
         };
     push(

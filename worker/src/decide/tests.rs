@@ -1,8 +1,11 @@
 //! Unit and property tests of the decision core, on a virtual clock.
 
 use super::*;
+use lease_table::LeaseItem;
 use proptest::prelude::*;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+use tokio::time::Instant;
 
 const LEASE: Duration = Duration::from_millis(3000);
 const MARGIN: Duration = Duration::from_millis(300);
@@ -28,6 +31,8 @@ fn limits(max: usize) -> PlanLimits {
         max_streams: max,
         per_round: 8,
         skew_ms: 200,
+        quiet_ms: 0,
+        stale_ms: i64::MAX,
     }
 }
 
@@ -62,16 +67,45 @@ fn chaos_mode_ignores_the_deadline_but_not_a_loss() {
 }
 
 #[test]
-fn replays_are_skipped_and_jumps_retried_once() {
-    let mut core = StreamCore::new(1, 10, Instant::now(), timing(), true);
+fn replays_are_skipped_and_jumps_retried_for_a_bounded_time() {
+    let t0 = Instant::now();
+    let mut core = StreamCore::new(1, 10, t0, timing(), true);
     assert_eq!(core.resume_from(), 11);
-    assert_eq!(core.on_event(9), EventVerdict::Replayed);
-    assert_eq!(core.on_event(11), EventVerdict::Take);
-    assert_eq!(core.on_event(11), EventVerdict::Replayed);
-    assert_eq!(core.on_event(14), EventVerdict::Jump { expected: 12 });
+    assert_eq!(core.on_event(9, t0), EventVerdict::Replayed);
+    assert_eq!(core.on_event(11, t0), EventVerdict::Take);
+    assert_eq!(core.on_event(11, t0), EventVerdict::Replayed);
+    assert_eq!(core.on_event(14, t0), EventVerdict::Jump { expected: 12 });
     assert_eq!(core.resume_from(), 12);
-    assert_eq!(core.on_event(14), EventVerdict::TakeAfterGap { missing: 2 });
+    // Retried (reconnect and ask again) until the patience runs out...
+    let almost = t0 + JUMP_PATIENCE - Duration::from_millis(1);
+    assert_eq!(
+        core.on_event(14, almost),
+        EventVerdict::Jump { expected: 12 }
+    );
+    assert_eq!(
+        core.on_event(13, almost),
+        EventVerdict::Jump { expected: 12 }
+    );
+    // ...then recorded as loss.
+    let after = t0 + JUMP_PATIENCE;
+    assert_eq!(
+        core.on_event(14, after),
+        EventVerdict::TakeAfterGap { missing: 2 }
+    );
     assert_eq!(core.resume_from(), 15);
+    // A jump that heals in time loses nothing.
+    assert_eq!(
+        core.on_event(17, after),
+        EventVerdict::Jump { expected: 15 }
+    );
+    assert_eq!(
+        core.on_event(15, after + JUMP_PATIENCE / 2),
+        EventVerdict::Take
+    );
+    assert_eq!(
+        core.on_event(16, after + JUMP_PATIENCE / 2),
+        EventVerdict::Take
+    );
 }
 
 #[test]
@@ -88,7 +122,7 @@ fn checkpoint_follows_the_sink() {
     let mut core = StreamCore::new(3, 0, Instant::now(), timing(), true);
     assert_eq!(core.checkpoint_due(), None);
     for seq in 1..=5 {
-        assert_eq!(core.on_event(seq), EventVerdict::Take);
+        assert_eq!(core.on_event(seq, Instant::now()), EventVerdict::Take);
     }
     assert_eq!(core.checkpoint_due(), None, "nothing accepted yet");
     core.on_sink_accepted(3);
@@ -171,6 +205,7 @@ fn a_draining_owner_is_not_counted_live_and_its_released_streams_are_taken() {
         &draining,
         "me",
         &HashSet::new(),
+        &Unchanged::new(),
         now,
         limits(usize::MAX),
     );
@@ -218,7 +253,16 @@ fn a_lapsed_owner_is_reported_and_stays_out_while_remembered() {
     assert_eq!(forgot.live_owners, 3);
     assert_eq!(forgot.target, 3);
     let leaving: HashSet<String> = ["x".to_string()].into();
-    let kept = plan(&items, &[], &leaving, "me", &owned, now, limits(usize::MAX));
+    let kept = plan(
+        &items,
+        &[],
+        &leaving,
+        "me",
+        &owned,
+        &Unchanged::new(),
+        now,
+        limits(usize::MAX),
+    );
     assert_eq!(kept.live_owners, 2);
     assert_eq!(kept.target, 4);
     assert!(kept.shed.is_empty());
@@ -242,6 +286,7 @@ fn a_bid_from_an_owner_whose_lease_lapsed_counts_for_nothing() {
         &HashSet::new(),
         "me",
         &owned,
+        &Unchanged::new(),
         now,
         limits(usize::MAX),
     );
@@ -259,6 +304,7 @@ fn plain(items: &[LeaseItem], owned: &HashSet<String>, now: i64) -> Plan {
         &HashSet::new(),
         "me",
         owned,
+        &Unchanged::new(),
         now,
         limits(usize::MAX),
     )
@@ -309,6 +355,7 @@ fn a_bid_from_a_worker_two_below_is_answered_and_only_then() {
             &HashSet::new(),
             "me",
             &owned,
+            &Unchanged::new(),
             now,
             limits(usize::MAX),
         )
@@ -362,12 +409,42 @@ fn the_next_watch_is_the_earliest_future_expiry_of_others() {
         item("run", Some("x"), Some(now + 50)),
     ];
     let owned: HashSet<String> = ["run".to_string()].into();
-    assert_eq!(next_watch(&items, "me", &owned, now, 200), Some(now + 901));
     assert_eq!(
-        next_watch(&items, "me", &owned, now + 901, 200),
+        next_watch(
+            &items,
+            "me",
+            &owned,
+            &[],
+            &Unchanged::new(),
+            now,
+            limits(usize::MAX)
+        ),
+        Some(now + 901)
+    );
+    assert_eq!(
+        next_watch(
+            &items,
+            "me",
+            &owned,
+            &[],
+            &Unchanged::new(),
+            now + 901,
+            limits(usize::MAX)
+        ),
         Some(now + 3_201)
     );
-    assert_eq!(next_watch(&items, "me", &owned, now + 3_201, 200), None);
+    assert_eq!(
+        next_watch(
+            &items,
+            "me",
+            &owned,
+            &[],
+            &Unchanged::new(),
+            now + 3_201,
+            limits(usize::MAX)
+        ),
+        None
+    );
 }
 
 fn arb_items() -> impl Strategy<Value = Vec<LeaseItem>> {
@@ -445,7 +522,8 @@ proptest! {
         start in 0u64..50,
         ops in prop::collection::vec((0u8..5, 0u64..8), 0..120)
     ) {
-        let mut core = StreamCore::new(1, start, Instant::now(), timing(), true);
+        let mut clock = Instant::now();
+        let mut core = StreamCore::new(1, start, clock, timing(), true);
         let mut taken: Vec<u64> = Vec::new();
         let mut acked_upto = 0usize;
         let mut accepted_points = vec![start];
@@ -454,7 +532,8 @@ proptest! {
                 // Next events, possibly a replay (n small) or a jump (n large).
                 0 | 1 => {
                     let seq = (core.resume_from() + n).saturating_sub(2);
-                    match core.on_event(seq) {
+                    clock += Duration::from_secs(1);
+                    match core.on_event(seq, clock) {
                         EventVerdict::Take | EventVerdict::TakeAfterGap { .. } => {
                             if let Some(prev) = taken.last() { prop_assert!(seq > *prev); }
                             prop_assert!(seq > start);
@@ -509,7 +588,7 @@ proptest! {
             .map(|(i, _)| i.stream_id.clone())
             .collect();
         let l = limits(max);
-        let p = plan(&items, &[], &HashSet::new(), "me", &owned, now, l);
+        let p = plan(&items, &[], &HashSet::new(), "me", &owned, &Unchanged::new(), now, l);
         prop_assert!(p.target <= max);
         prop_assert!(p.acquire.len() <= l.per_round);
         prop_assert!(owned.len() + p.acquire.len() <= p.target.max(owned.len()));
@@ -549,7 +628,7 @@ proptest! {
                     .map(|i| i.stream_id.clone())
                     .collect();
                 let others: Vec<Bid> = bids.values().filter(|b| b.bidder != *me).cloned().collect();
-                let p = plan(&table, &others, &HashSet::new(), me, &owned, now, limits(usize::MAX));
+                let p = plan(&table, &others, &HashSet::new(), me, &owned, &Unchanged::new(), now, limits(usize::MAX));
                 prop_assert!(p.honoured.iter().all(|s| p.shed.contains(s)));
                 if let Some(stream_id) = p.bid {
                     last_bid = round;

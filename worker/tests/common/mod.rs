@@ -126,6 +126,10 @@ struct SinkState {
     highest: HashMap<String, u64>,
     seen: HashSet<String>,
     receipts: Vec<Receipt>,
+    /// A batch holding this sequence is refused with this status (a poisoned event).
+    poison: Option<(u64, u16)>,
+    /// Batches refused for poison.
+    poisoned: usize,
 }
 
 /// The fencing sink of design §4, in-process.
@@ -146,6 +150,16 @@ impl TestSink {
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
         (addr, sink)
+    }
+
+    /// From now on, refuse every batch holding `seq` with `status` (`None`: accept again).
+    pub fn poison(&self, poison: Option<(u64, u16)>) {
+        self.state.lock().unwrap().poison = poison;
+    }
+
+    /// Batches refused for poison so far.
+    pub fn poisoned(&self) -> usize {
+        self.state.lock().unwrap().poisoned
     }
 
     pub fn receipts(&self) -> Vec<Receipt> {
@@ -189,6 +203,18 @@ async fn receive(
         outcome,
     };
     let mut state = sink.state.lock().unwrap();
+    if let Some((seq, status)) = state.poison {
+        if batch.events.iter().any(|e| e.seq == seq) {
+            state.poisoned += 1;
+            return Err((
+                StatusCode::from_u16(status).unwrap(),
+                Json(SinkRejection {
+                    reason: format!("event {seq} is malformed"),
+                    highest_fence: 0,
+                }),
+            ));
+        }
+    }
     let highest = state.highest.get(&id).copied().unwrap_or(0);
     if batch.fence_token < highest {
         for e in &batch.events {

@@ -1,5 +1,6 @@
-//! One owned stream, from acquisition to release or loss: the upstream WebSocket, batching, the
-//! fenced sink posts, and the coalesced renew + checkpoint writes.
+//! One owned stream, from acquisition to release or loss: the runner that ties the upstream
+//! WebSocket ([`upstream`]), batching and the fenced sink posts ([`batch`]) and the coalesced
+//! renew + checkpoint writes together, waking at the instant [`wake::next_wake`] computes.
 //!
 //! A single task per stream owns its [`StreamCore`] without locks. The sink post, the renewal
 //! and the upstream connect run as futures polled by one `select!`, and all decisions go through
@@ -13,21 +14,25 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use futures_util::{FutureExt, StreamExt};
-use lease_protocol::{event_id, upstream_path, SinkBatch, SinkEvent, UpstreamFrame};
+use lease_protocol::SinkEvent;
 use lease_table::ops::Outcome;
-use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-use crate::decide::{Backoff, EventVerdict, LostReason, StreamCore, Timing};
+use crate::decide::{renewal_superseded, Backoff, LostReason, StreamCore, Timing};
 use crate::lease::LeaseTable;
 use crate::metrics::{Metrics, StreamStats};
 use crate::sink::{Sink, SinkAnswer};
+
+mod batch;
+mod upstream;
+pub mod wake;
+
+pub use batch::SINK_TIMEOUT;
+pub use upstream::{CONNECT_TIMEOUT, UPSTREAM_READ_BUFFER};
+
+use batch::{maybe_post, Post};
+use upstream::{upstream_event, Upstream, UpstreamEvent};
 
 /// Longest any single DynamoDB call may take (less when the lease has less time left), except
 /// renewals, which may wait up to [`renew_timeout`].
@@ -40,26 +45,8 @@ pub const AWS_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 pub fn renew_timeout(renew_every: Duration) -> Duration {
     (renew_every / 2).clamp(AWS_CALL_TIMEOUT, Duration::from_secs(10))
 }
-/// Longest a sink post may take (less when the lease has less time left).
-pub const SINK_TIMEOUT: Duration = Duration::from_secs(5);
-/// Longest an upstream connect may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// The upstream socket's read buffer. tungstenite's default is 128 KiB, and it zero-fills the
-/// free part before every read: with hundreds of sockets of small frames that cost about 115 KiB
-/// of resident memory per stream (measured: 444 KiB per stream fell to 329 KiB) and a memset per
-/// read. A larger frame still arrives whole: the buffer grows to fit it, up to tungstenite's
-/// frame size limit (16 MiB).
-pub const UPSTREAM_READ_BUFFER: usize = 8 * 1024;
-const SINK_BACKOFF: Backoff = Backoff {
-    base: Duration::from_millis(50),
-    cap: Duration::from_secs(2),
-};
 const AWS_BACKOFF: Backoff = Backoff {
     base: Duration::from_millis(100),
-    cap: Duration::from_secs(2),
-};
-const CONNECT_BACKOFF: Backoff = Backoff {
-    base: Duration::from_millis(50),
     cap: Duration::from_secs(2),
 };
 
@@ -75,6 +62,10 @@ pub struct Shared {
     pub batch_max_events: usize,
     pub batch_max_delay: Duration,
     pub enforce_deadline: bool,
+    /// The upstream liveness deadline (`UPSTREAM_IDLE_MS`); zero = none.
+    pub upstream_idle: Duration,
+    /// What a sink's permanent rejection does (`SINK_REJECT_POLICY`).
+    pub sink_reject: crate::config::RejectPolicy,
 }
 
 /// A freshly acquired lease.
@@ -131,44 +122,14 @@ pub enum Exit {
     Panicked,
 }
 
-type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 type BoxFut<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 type RenewResult = Result<Outcome<()>, crate::lease::CallError>;
-
-enum Upstream {
-    Waiting(Instant),
-    Connecting(BoxFut<Result<Box<Ws>, String>>),
-    Open(Box<Ws>),
-    Closed,
-}
-
-struct Post {
-    body: Bytes,
-    through: u64,
-    count: usize,
-    attempt: u32,
-}
 
 struct Renewal {
     started: Instant,
     checkpoint: Option<u64>,
-}
-
-/// What the upstream side produced.
-enum UpstreamEvent {
-    Connected(Result<Box<Ws>, String>),
-    Frame(Option<Result<Message, String>>),
-}
-
-/// Waits on the upstream: the pending connect, or the next frame when `reading`.
-async fn upstream_event(upstream: &mut Upstream, reading: bool) -> UpstreamEvent {
-    match upstream {
-        Upstream::Connecting(f) => UpstreamEvent::Connected(f.await),
-        Upstream::Open(ws) if reading => {
-            UpstreamEvent::Frame(ws.next().await.map(|r| r.map_err(|e| e.to_string())))
-        }
-        _ => std::future::pending().await,
-    }
+    /// The `lease_expires_at` it asks for (Unix ms).
+    expires: i64,
 }
 
 fn unit() -> f64 {
@@ -183,6 +144,9 @@ pub async fn run_stream(
 ) -> Exit {
     let mut runner = Runner::new(shared, acquired, control);
     let exit = runner.run().await;
+    if runner.halted.is_some() {
+        runner.shared.metrics.halted_streams.dec();
+    }
     runner.shared.metrics.untrack_stream(&runner.id);
     exit
 }
@@ -197,6 +161,10 @@ struct Runner {
     release: Option<(Instant, &'static str)>,
     upstream: Upstream,
     connect_attempt: u32,
+    /// When the open upstream socket last gave any sign of life (a frame of any kind), or was
+    /// opened; and when this worker last pinged it.
+    last_heard: Instant,
+    last_ping: Instant,
     pending: Vec<SinkEvent>,
     pending_since: Option<Instant>,
     spare: Vec<SinkEvent>,
@@ -207,6 +175,8 @@ struct Runner {
     renew_attempt: u32,
     /// Until the first accepted batch.
     phases: Option<Phases>,
+    /// The HTTP status of the sink's permanent rejection this stream is halted on, if it is.
+    halted: Option<u16>,
 }
 
 impl Runner {
@@ -240,6 +210,8 @@ impl Runner {
             release: None,
             upstream: Upstream::Waiting(Instant::now()),
             connect_attempt: 0,
+            last_heard: Instant::now(),
+            last_ping: Instant::now(),
             pending: Vec::with_capacity(cap),
             pending_since: None,
             spare: Vec::with_capacity(cap),
@@ -254,6 +226,7 @@ impl Runner {
                 connected: None,
                 first_event: None,
             }),
+            halted: None,
         }
     }
 
@@ -282,30 +255,23 @@ impl Runner {
 
     /// The earliest instant at which [`Runner::pump`] has something to do.
     fn next_wake(&self) -> Instant {
-        let mut wake = Instant::now() + Duration::from_secs(3600);
-        let mut at = |t: Instant| wake = wake.min(t);
-        if self.core.enforces_deadline() {
-            at(self.core.deadline());
-        }
-        if self.renewing.is_none() {
-            if let Some(t) = self.renew_at {
-                at(t);
-            }
-        }
-        if self.posting.is_none() {
-            if let Some((_, t)) = &self.retry {
-                at(*t);
-            } else if let Some(since) = self.pending_since {
-                at(since + self.shared.batch_max_delay);
-            }
-        }
-        if let Upstream::Waiting(t) = self.upstream {
-            at(t);
-        }
-        if let Some((by, _)) = self.release {
-            at(by);
-        }
-        wake
+        let idle = self.posting.is_none();
+        let timers = wake::Timers {
+            deadline: self.core.enforces_deadline().then(|| self.core.deadline()),
+            renew_at: self.renew_at.filter(|_| self.renewing.is_none()),
+            retry_at: self.retry.as_ref().map(|(_, t)| *t).filter(|_| idle),
+            batch_due: self
+                .pending_since
+                .map(|since| since + self.shared.batch_max_delay)
+                .filter(|_| idle && self.retry.is_none()),
+            connect_at: match self.upstream {
+                Upstream::Waiting(t) => Some(t),
+                _ => None,
+            },
+            release_by: self.release.map(|(by, _)| by),
+            upstream_idle: self.liveness_wake(),
+        };
+        wake::next_wake(&timers, Instant::now())
     }
 
     async fn run(&mut self) -> Exit {
@@ -391,6 +357,7 @@ impl Runner {
                 }
             }
         }
+        self.check_liveness(now);
         if let Upstream::Waiting(t) = self.upstream {
             if t <= now && self.release.is_none() {
                 self.start_connect();
@@ -425,15 +392,39 @@ impl Runner {
         let id = self.id.clone();
         let fence = self.core.fence();
         let lease = self.shared.timing.lease;
-        let fut =
-            Box::pin(async move { table.renew(&id, fence, lease, checkpoint, timeout).await });
+        let now_ms = lease_table::now_ms();
+        let expires = now_ms + lease.as_millis() as i64;
+        let fut = Box::pin(async move {
+            table
+                .renew(&id, fence, lease, checkpoint, now_ms, timeout)
+                .await
+        });
         self.renewing = Some((
             Renewal {
                 started: now,
                 checkpoint,
+                expires,
             },
             fut,
         ));
+        None
+    }
+
+    /// A renewal took effect (its lease is in the table); `checkpoint` is what it persisted.
+    fn renewed(&mut self, renewal: Renewal, checkpoint: Option<u64>, now: Instant) -> Option<Exit> {
+        self.core.on_renewed(renewal.started);
+        if let Some(cp) = checkpoint {
+            self.core.on_checkpoint_written(cp);
+            self.stats
+                .persisted
+                .store(self.core.persisted(), Ordering::Relaxed);
+        }
+        self.shared
+            .metrics
+            .renew_latency
+            .observe(now.duration_since(renewal.started).as_secs_f64());
+        self.renew_attempt = 0;
+        self.renew_at = Some(renewal.started + self.shared.renew_every);
         None
     }
 
@@ -443,22 +434,29 @@ impl Runner {
     ) -> Option<Exit> {
         let (renewal, _) = self.renewing.take().expect("a renewal was in flight");
         let now = Instant::now();
+        let superseded = match &result {
+            Ok(Outcome::Refused { current: Some(cur) }) => renewal_superseded(
+                cur,
+                &self.shared.owner_id,
+                self.core.fence(),
+                renewal.expires,
+            )
+            .then_some(cur.checkpoint),
+            _ => None,
+        };
+        if let Some(stored) = superseded {
+            // Only the monotone condition refused it: the lease is ours for at least as long.
+            tracing::info!(stream_id = %self.id, fence_token = self.core.fence(), asked_expires = renewal.expires, "renewal refused only because the table already holds a later expiry of ours; counted as renewed");
+            self.shared.metrics.renew_failed("superseded");
+            let written = renewal
+                .checkpoint
+                .filter(|cp| stored.is_some_and(|s| s >= *cp));
+            return self.renewed(renewal, written, now);
+        }
         match result {
             Ok(Outcome::Done(())) => {
-                self.core.on_renewed(renewal.started);
-                if let Some(cp) = renewal.checkpoint {
-                    self.core.on_checkpoint_written(cp);
-                    self.stats
-                        .persisted
-                        .store(self.core.persisted(), Ordering::Relaxed);
-                }
-                self.shared
-                    .metrics
-                    .renew_latency
-                    .observe(now.duration_since(renewal.started).as_secs_f64());
-                self.renew_attempt = 0;
-                self.renew_at = Some(renewal.started + self.shared.renew_every);
-                None
+                let checkpoint = renewal.checkpoint;
+                self.renewed(renewal, checkpoint, now)
             }
             Ok(Outcome::Refused { current }) => {
                 self.shared.metrics.renew_failed("refused");
@@ -485,245 +483,6 @@ impl Runner {
                 None
             }
         }
-    }
-
-    fn take_batch(&mut self) -> Post {
-        let mut events = std::mem::take(&mut self.spare);
-        std::mem::swap(&mut events, &mut self.pending);
-        self.pending_since = None;
-        let through = events.last().map(|e| e.seq).unwrap_or(0);
-        let count = events.len();
-        let batch = SinkBatch {
-            owner_id: self.shared.owner_id.to_string(),
-            fence_token: self.core.fence(),
-            events,
-        };
-        let body = Sink::encode(&batch);
-        let mut events = batch.events;
-        events.clear();
-        self.spare = events;
-        Post {
-            body,
-            through,
-            count,
-            attempt: 0,
-        }
-    }
-
-    fn start_post(&mut self, post: Post, now: Instant) -> Option<Exit> {
-        if !self.core.may_publish(now) {
-            return Some(self.lose(LostReason::Deadline));
-        }
-        let mut limit = SINK_TIMEOUT;
-        if let Some((by, _)) = self.release {
-            limit = limit.min(
-                by.saturating_duration_since(now)
-                    .max(Duration::from_millis(1)),
-            );
-        }
-        let Some(timeout) = self.core.call_timeout(now, limit) else {
-            return Some(self.lose(LostReason::Deadline));
-        };
-        let sink = self.shared.sink.clone();
-        let url = self.url.clone();
-        let body = post.body.clone();
-        let not_after = self.core.enforces_deadline().then(|| self.core.deadline());
-        let fut = Box::pin(async move { sink.post(&url, body, timeout, not_after).await });
-        self.posting = Some((post, fut));
-        None
-    }
-
-    fn on_sink_answer(&mut self, answer: SinkAnswer) -> Option<Exit> {
-        let (post, _) = self.posting.take().expect("a post was in flight");
-        let now = Instant::now();
-        match answer {
-            SinkAnswer::Accepted(_) => {
-                self.core.on_sink_accepted(post.through);
-                self.log_phases(now, post.count);
-                self.shared
-                    .metrics
-                    .events_published
-                    .inc_by(post.count as u64);
-                self.shared.metrics.batches_published.inc();
-                None
-            }
-            SinkAnswer::NotSent => Some(self.lose(LostReason::Deadline)),
-            SinkAnswer::Fenced(detail) => {
-                self.shared.metrics.sink_rejected("409");
-                tracing::warn!(stream_id = %self.id, fence_token = self.core.fence(), %detail, "sink refused our fence token (409)");
-                Some(self.lose(LostReason::SinkFenced))
-            }
-            SinkAnswer::Transient { status, detail } => {
-                self.shared.metrics.sink_rejected(status);
-                let delay = self
-                    .core
-                    .retry_after(SINK_BACKOFF, post.attempt, unit(), now);
-                tracing::warn!(stream_id = %self.id, fence_token = self.core.fence(), status, %detail, attempt = post.attempt, "sink post failed; will retry");
-                match delay {
-                    Some(d) => {
-                        let post = Post {
-                            attempt: post.attempt + 1,
-                            ..post
-                        };
-                        self.retry = Some((post, now + d));
-                        None
-                    }
-                    None => Some(self.lose(LostReason::Deadline)),
-                }
-            }
-        }
-    }
-
-    fn start_connect(&mut self) {
-        let url = format!(
-            "{}{}",
-            self.shared.upstream_url,
-            upstream_path(&self.id, Some(self.core.resume_from()))
-        );
-        tracing::debug!(stream_id = %self.id, %url, "connecting upstream");
-        self.upstream = Upstream::Connecting(Box::pin(async move {
-            let tls = crate::config::tls::upstream_connector(&url)?;
-            let config = WebSocketConfig::default().read_buffer_size(UPSTREAM_READ_BUFFER);
-            let connect = tokio_tungstenite::connect_async_tls_with_config(
-                url,
-                Some(config),
-                false,
-                Some(tls),
-            );
-            match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
-                Ok(Ok((ws, _))) => Ok(Box::new(ws)),
-                Ok(Err(e)) => Err(e.to_string()),
-                Err(_) => Err(format!("no handshake within {CONNECT_TIMEOUT:?}")),
-            }
-        }));
-    }
-
-    fn on_connected(&mut self, conn: Result<Box<Ws>, String>) {
-        match conn {
-            Ok(ws) => {
-                if let Some(p) = self.phases.as_mut() {
-                    p.connected.get_or_insert_with(Instant::now);
-                }
-                self.upstream = Upstream::Open(ws);
-            }
-            Err(e) => {
-                tracing::warn!(stream_id = %self.id, error = %e, "upstream connect failed");
-                self.reconnect_later();
-            }
-        }
-    }
-
-    fn reconnect_later(&mut self) {
-        let delay = CONNECT_BACKOFF.delay(self.connect_attempt, unit());
-        self.connect_attempt = self.connect_attempt.saturating_add(1);
-        self.shared.metrics.upstream_reconnects.inc();
-        self.upstream = Upstream::Waiting(Instant::now() + delay);
-    }
-
-    /// Handles one frame, then every frame already buffered on the socket (up to the cap).
-    fn on_frames(&mut self, first: Option<Result<Message, String>>) {
-        let cap = self.buffer_cap();
-        let mut next = Some(first);
-        let mut took_any = false;
-        while let Some(frame) = next.take() {
-            match frame {
-                Some(Ok(msg)) => took_any |= self.on_message(msg),
-                Some(Err(e)) => {
-                    tracing::warn!(stream_id = %self.id, error = %e, resume_from = self.core.resume_from(), "upstream socket failed; reconnecting");
-                    self.reconnect_later();
-                }
-                None => {
-                    tracing::info!(stream_id = %self.id, resume_from = self.core.resume_from(), "upstream closed the socket; reconnecting");
-                    self.reconnect_later();
-                }
-            }
-            if self.pending.len() >= cap {
-                break;
-            }
-            if let Upstream::Open(ws) = &mut self.upstream {
-                next = ws
-                    .next()
-                    .now_or_never()
-                    .map(|f| f.map(|r| r.map_err(|e| e.to_string())));
-            }
-        }
-        if took_any {
-            if let Some(p) = self.phases.as_mut() {
-                p.first_event.get_or_insert_with(Instant::now);
-            }
-            self.connect_attempt = 0;
-            self.stats.taken.store(self.core.taken(), Ordering::Relaxed);
-            self.stats
-                .last_event_ms
-                .store(lease_table::now_ms(), Ordering::Relaxed);
-        }
-    }
-
-    /// Returns true when the message carried an event.
-    fn on_message(&mut self, msg: Message) -> bool {
-        let text = match msg {
-            Message::Text(text) => text,
-            Message::Binary(bytes) => {
-                self.malformed(&String::from_utf8_lossy(&bytes), "binary frame");
-                return false;
-            }
-            Message::Close(_) => {
-                tracing::info!(stream_id = %self.id, "upstream sent close; reconnecting");
-                self.reconnect_later();
-                return false;
-            }
-            _ => return false,
-        };
-        match UpstreamFrame::parse(&text) {
-            Ok(UpstreamFrame::Event(event)) => {
-                if event.stream_id != self.id {
-                    self.malformed(&text, "event for another stream");
-                    return false;
-                }
-                match self.core.on_event(event.seq) {
-                    EventVerdict::Take => {}
-                    EventVerdict::Replayed => {
-                        self.shared.metrics.events_replayed_skipped.inc();
-                        return false;
-                    }
-                    EventVerdict::Jump { expected } => {
-                        self.shared.metrics.gap("sequence_jump", 0);
-                        tracing::warn!(stream_id = %self.id, expected, got = event.seq, "sequence jump without a gap notice; reconnecting to ask again");
-                        self.reconnect_later();
-                        return false;
-                    }
-                    EventVerdict::TakeAfterGap { missing } => {
-                        self.shared.metrics.gap_events_missing.inc_by(missing);
-                        tracing::error!(stream_id = %self.id, missing, resumed_at = event.seq, "the upstream skipped events twice in a row; continuing after them");
-                    }
-                }
-                if self.pending_since.is_none() {
-                    self.pending_since = Some(Instant::now());
-                }
-                self.pending.push(SinkEvent {
-                    seq: event.seq,
-                    event_id: event_id(&self.id, event.seq),
-                    payload: event.payload,
-                });
-                true
-            }
-            Ok(UpstreamFrame::Gap(gap)) => {
-                let missing = self.core.on_gap(gap.oldest_available);
-                self.shared.metrics.gap("notice", missing);
-                tracing::warn!(stream_id = %self.id, requested = gap.requested, oldest_available = gap.oldest_available, missing, "upstream gap: events older than retention are gone");
-                false
-            }
-            Err(e) => {
-                self.malformed(&text, &e.to_string());
-                false
-            }
-        }
-    }
-
-    fn malformed(&self, text: &str, why: &str) {
-        self.shared.metrics.malformed_frames.inc();
-        let head: String = text.chars().take(64).collect();
-        tracing::warn!(stream_id = %self.id, first_bytes = %head, error = why, "malformed upstream frame skipped");
     }
 
     async fn finish_release(&mut self, by: Instant, reason: &'static str) -> Exit {
@@ -772,13 +531,6 @@ impl Runner {
                 }
             }
         }
-    }
-}
-
-async fn maybe_post(posting: &mut Option<(Post, BoxFut<SinkAnswer>)>) -> SinkAnswer {
-    match posting {
-        Some((_, fut)) => fut.await,
-        None => std::future::pending().await,
     }
 }
 

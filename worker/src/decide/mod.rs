@@ -1,0 +1,24 @@
+//! The pure decision core: whether a stream may publish, what to checkpoint, how long to back
+//! off, which streams to try to acquire and how many to shed.
+//!
+//! Everything here is plain data in, decision out, with the clock passed in (`Instant`s and Unix
+//! milliseconds) and randomness passed in as numbers. It never performs I/O, never sleeps and never
+//! reads a clock, so the safety properties (no publishing past the local deadline, fences never
+//! decrease, checkpoints never pass what the sink accepted) are tested exhaustively in `tests`.
+//!
+//! It is split by concern: [`stream`] (one owned stream's core), [`plan`] (one acquisition round
+//! from one view of the table) and [`owners`] (the supervisor's state across rounds: which owners
+//! are live, lapsed or draining, cooldowns, the ramp, when to scan, bid or wake).
+
+pub mod owners;
+pub mod plan;
+pub mod stream;
+
+pub use owners::*;
+pub use plan::*;
+pub use stream::*;
+
+#[cfg(test)]
+mod sim_tests;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,637 @@
+//! The supervisor's state across rounds, without I/O: which other owners are live, lapsed or
+//! draining, which streams this worker shed recently, how many acquisitions a round may make
+//! (the ramp), when to scan again, when a watched lease is worth trying, and which fence tokens
+//! were seen.
+//!
+//! [`Supervision`] is a state value; its methods take what the loop observed (a scan, an
+//! acquire's answer, a fleet signal read) and the time (`Instant` and Unix ms, passed in), and
+//! return what to do (a [`Round`]: acquire these, release those, bid on that; a delay; an instant
+//! to wake at). `discovery` performs those actions and reports back. Nothing here reads a clock,
+//! sleeps or touches the network, so the invariants are property-tested on a virtual clock.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use lease_table::ops::Seen;
+use lease_table::LeaseItem;
+use tokio::time::Instant;
+
+use super::plan::{self, Bid, PlanLimits, Unchanged};
+use super::stream::FenceBook;
+
+/// At most this many acquisitions (and sheds) in a first round, so a cold start spreads.
+pub const PER_ROUND: usize = 8;
+/// The ceiling of the per-round ramp.
+pub const MAX_PER_ROUND: usize = 64;
+/// While below the fair share with candidates left, the next round comes this soon.
+pub const FAST_RESCAN: Duration = Duration::from_millis(250);
+/// The shortest wait before a hurried rescan (see [`Supervision::rescan_delay`]).
+pub const MIN_RESCAN: Duration = Duration::from_millis(20);
+/// Rounds planned on the last scan's view (its candidates, corrected by refused acquires) before
+/// a hurried worker scans again. A scan costs the table a read of every item, and a cold start of
+/// W workers rescanning every 250 ms costs W × 4 full reads a second: 20 workers on 2,000 streams
+/// is more than one DynamoDB Local answers, so hurried rounds reuse the view instead.
+pub const VIEW_ROUNDS: u32 = 4;
+/// How often the fleet signal is read while some owner is marked draining (a rolling deploy):
+/// its releases are announced within the drain, and seeing them sooner is the handoff time.
+/// 33 reads/s per worker, for the few seconds a deploy lasts.
+pub const FLEET_POLL_DRAINING: Duration = Duration::from_millis(30);
+
+/// The settings the supervisor decides with (from the worker's configuration).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Lease length.
+    pub lease: Duration,
+    /// Renew interval.
+    pub renew: Duration,
+    /// Discovery scan interval.
+    pub scan: Duration,
+    /// Clock-skew margin: a lease is expired only once `expires_at < now - skew`.
+    pub skew: Duration,
+    /// Never own more than this.
+    pub max_streams: usize,
+    /// Try a held lease right when it expires (`ACQUIRE_MODE=expiry-aware`), not only on scans.
+    pub expiry_aware: bool,
+    /// Fleet signal read interval; zero = never read.
+    pub fleet_poll: Duration,
+}
+
+impl Settings {
+    /// How long an item must be seen unchanged before a lease the table calls expired is
+    /// taken: the lease less 1.25 scan intervals (so that, when clocks agree, it has always
+    /// elapsed by the expiry: the last renewal is seen within a scan interval ± 10 %), but at
+    /// least 1.5 renew intervals (longer than any healthy owner leaves its item unchanged).
+    pub fn quiet(&self) -> Duration {
+        self.lease
+            .saturating_sub(self.scan.mul_f64(1.25))
+            .max(self.renew.mul_f64(1.5))
+    }
+
+    /// Whether the fleet signal is read: only in expiry-aware mode, and only when scans are
+    /// rarer than the reads (otherwise the scan finds released streams as soon).
+    pub fn fleet_polling(&self) -> bool {
+        self.expiry_aware && !self.fleet_poll.is_zero() && self.scan > self.fleet_poll
+    }
+}
+
+/// Why the supervisor releases a stream it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseReason {
+    /// Above the fair share + 1.
+    Shed,
+    /// A bidder holding at least two fewer asked for it.
+    Bid,
+}
+
+impl ReleaseReason {
+    /// Metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReleaseReason::Shed => "shed",
+            ReleaseReason::Bid => "bid",
+        }
+    }
+}
+
+/// Gauges describing the fleet as the last round saw it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Gauges {
+    pub table_streams: usize,
+    pub live_owners: usize,
+    pub fair_share: usize,
+    pub unowned: usize,
+}
+
+/// One acquire to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    pub stream_id: String,
+    /// The held lease as last seen, when someone else held it: the acquire may then also
+    /// succeed on an unchanged item (see [`lease_table::ops::acquire_seen`]).
+    pub seen: Option<Seen>,
+}
+
+/// What one round decided; the loop performs it in this order, then calls
+/// [`Supervision::finish_round`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Round {
+    /// Drained owners that hold and bid nothing any more: remove them from the fleet signal.
+    pub forget_draining: Vec<String>,
+    /// Streams to try to acquire now.
+    pub acquire: Vec<Attempt>,
+    /// A held stream to bid on.
+    pub bid: Option<String>,
+    /// Streams this worker runs to release, and why.
+    pub release: Vec<(String, ReleaseReason)>,
+    /// Gauges to publish.
+    pub gauges: Gauges,
+    target: usize,
+    deferred: usize,
+}
+
+/// Which kind of round the scan timer asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheduled {
+    /// Plan again on the last scan's view (hurrying with a usable view).
+    View,
+    /// Scan the table first; `consistent` after a lost race (the view is stale where it matters).
+    Scan { consistent: bool },
+}
+
+/// What a fleet signal read means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FleetRead {
+    /// Streams were (or are about to be) released: scan now, consistently.
+    pub changed: bool,
+    /// The signal names this worker as draining on its first read: a previous process with the
+    /// same `OWNER_ID` was killed mid-drain. Clear the mark.
+    pub clear_own_mark: bool,
+}
+
+/// The supervisor's decisions and memory.
+#[derive(Debug)]
+pub struct Supervision {
+    settings: Settings,
+    me: String,
+    known: Vec<LeaseItem>,
+    bids: Vec<Bid>,
+    fences: FenceBook,
+    /// Each known item's state (owner, fence, expiry) and when, on the monotonic clock, it was
+    /// first seen in it: skew-tolerant expiry judges "unchanged for long enough" from this.
+    seen: HashMap<String, (ItemState, Instant)>,
+    /// Streams this worker shed or handed over, with when and under which fence: not taken
+    /// back for two scan intervals, unless someone else has held them since (a higher fence).
+    recently_shed: HashMap<String, (Instant, u64)>,
+    next_watch_ms: Option<i64>,
+    /// Acquisitions allowed in the next round: [`PER_ROUND`], doubled after each round that
+    /// took its fill and left candidates behind (a cold start fills a large share in a few
+    /// rounds instead of share / 8), back to [`PER_ROUND`] once a round wants nothing more.
+    per_round: usize,
+    /// Hurried rounds planned on the current view since the last scan.
+    view_rounds: u32,
+    /// Whether the last round lost an acquire race (its view is stale).
+    raced: bool,
+    /// How long the last scan took (see [`Supervision::rescan_delay`]).
+    last_scan_took: Duration,
+    /// Live owners in the last plan (this worker included).
+    live_owners: usize,
+    /// The other live owners in the last plan: the herd for an expiring stream.
+    contenders: Vec<String>,
+    /// Last fleet generation read (`None` before the first read).
+    fleet_generation: Option<u64>,
+    /// Owners the fleet signal names as draining (never this worker while it runs).
+    draining_owners: HashSet<String>,
+    /// Owners seen with a lapsed lease (dead, or paused past their lease), with the Unix ms at
+    /// which they were first seen so: not live owners until they hold nothing any more, or
+    /// renew a lease past that moment (a resumed owner).
+    lapsed_owners: HashMap<String, i64>,
+}
+
+impl Supervision {
+    /// A supervisor for owner `me` that has seen nothing yet.
+    pub fn new(settings: Settings, me: &str) -> Self {
+        Supervision {
+            settings,
+            me: me.to_string(),
+            known: Vec::new(),
+            bids: Vec::new(),
+            fences: FenceBook::default(),
+            seen: HashMap::new(),
+            recently_shed: HashMap::new(),
+            next_watch_ms: None,
+            per_round: PER_ROUND,
+            view_rounds: 0,
+            raced: false,
+            last_scan_took: Duration::ZERO,
+            live_owners: 1,
+            contenders: Vec::new(),
+            fleet_generation: None,
+            draining_owners: HashSet::new(),
+            lapsed_owners: HashMap::new(),
+        }
+    }
+
+    /// The settings decided with.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The lease items as last seen (scan, corrected by acquire answers).
+    pub fn known(&self) -> &[LeaseItem] {
+        &self.known
+    }
+
+    /// Owners the fleet signal names as draining.
+    pub fn draining_owners(&self) -> &HashSet<String> {
+        &self.draining_owners
+    }
+
+    fn skew_ms(&self) -> i64 {
+        self.settings.skew.as_millis() as i64
+    }
+
+    fn stale_ms(&self) -> i64 {
+        (self.settings.lease + self.settings.skew).as_millis() as i64
+    }
+
+    /// How long each known item has been seen in its current state, at `now`.
+    fn unchanged(&self, now: Instant) -> Unchanged {
+        self.seen
+            .iter()
+            .map(|(id, (_, at))| (id.clone(), now.duration_since(*at).as_millis() as i64))
+            .collect()
+    }
+
+    /// Records when each known item was first seen in its current state.
+    fn observe(&mut self, now: Instant) {
+        let mut seen = std::mem::take(&mut self.seen);
+        seen.retain(|id, _| self.known.iter().any(|i| i.stream_id == *id));
+        for item in &self.known {
+            let state = ItemState::of(item);
+            match seen.get(&item.stream_id) {
+                Some((s, _)) if *s == state => {}
+                _ => {
+                    seen.insert(item.stream_id.clone(), (state, now));
+                }
+            }
+        }
+        self.seen = seen;
+    }
+
+    fn limits(&self) -> PlanLimits {
+        // Once a scan has shown other owners, the share is the fleet's and the ramp (which is
+        // there to spread a cold start) only slows a takeover down.
+        let per_round = if self.live_owners > 1 {
+            MAX_PER_ROUND
+        } else {
+            self.per_round
+        };
+        PlanLimits {
+            max_streams: self.settings.max_streams,
+            per_round,
+            skew_ms: self.skew_ms(),
+            quiet_ms: self.settings.quiet().as_millis() as i64,
+            stale_ms: self.stale_ms(),
+        }
+    }
+
+    /// A scan answered at `now` (`took` long) with these items and bids.
+    pub fn on_scan(&mut self, items: Vec<LeaseItem>, bids: Vec<Bid>, took: Duration, now: Instant) {
+        self.known = items;
+        self.bids = bids;
+        self.last_scan_took = took;
+        self.observe(now);
+    }
+
+    /// A scan failed after `took`: the view stays as it was.
+    pub fn on_scan_failed(&mut self, took: Duration) {
+        self.last_scan_took = took;
+    }
+
+    /// Plans one round on the current view at (`now`, `now_ms`). `owned` maps each stream this
+    /// worker runs to whether it is already being released.
+    pub fn round(&mut self, owned: &HashMap<String, bool>, now_ms: i64, now: Instant) -> Round {
+        let me = self.me.clone();
+        let owned_set: HashSet<String> = owned.keys().cloned().collect();
+        let fresh = now_ms - self.settings.lease.as_millis() as i64;
+        // Draining (and drained) owners are leaving: neither their leases nor their last bids
+        // make them live owners. A drained one that holds nothing and bids nothing any more is
+        // forgotten, so the set stays small.
+        let mut forget_draining: Vec<String> = self
+            .draining_owners
+            .iter()
+            .filter(|owner| {
+                let holds = self.known.iter().any(|i| {
+                    i.owner_id.as_deref() == Some(owner.as_str())
+                        && i.lease_expires_at.is_some_and(|t| t >= now_ms)
+                });
+                let bids = self
+                    .bids
+                    .iter()
+                    .any(|b| b.bidder == **owner && b.at >= fresh);
+                !holds && !bids
+            })
+            .cloned()
+            .collect();
+        forget_draining.sort();
+        for owner in &forget_draining {
+            self.draining_owners.remove(owner);
+        }
+        let bids: Vec<Bid> = self
+            .bids
+            .iter()
+            .filter(|b| b.at >= fresh && b.bidder != me)
+            .cloned()
+            .collect();
+        self.forget_lapsed(now_ms);
+        let mut leaving = self.draining_owners.clone();
+        leaving.extend(self.lapsed_owners.keys().cloned());
+        let limits = self.limits();
+        let unchanged = self.unchanged(now);
+        let plan = plan::plan(
+            &self.known,
+            &bids,
+            &leaving,
+            &me,
+            &owned_set,
+            &unchanged,
+            now_ms,
+            limits,
+        );
+        for owner in &plan.lapsed {
+            self.lapsed_owners.entry(owner.clone()).or_insert(now_ms);
+        }
+        self.live_owners = plan.live_owners;
+        self.contenders = plan.contenders;
+        let cutoff = now_ms - limits.skew_ms;
+        let unowned = self
+            .known
+            .iter()
+            .filter(|i| !owned.contains_key(&i.stream_id))
+            .filter(|i| i.owner_id.is_none() || i.lease_expires_at.is_none_or(|t| t < cutoff))
+            .count();
+        let gauges = Gauges {
+            table_streams: self.known.len(),
+            live_owners: plan.live_owners,
+            fair_share: plan.target,
+            unowned,
+        };
+
+        let cooldown = self.settings.scan * 2;
+        let known = &self.known;
+        self.recently_shed.retain(|stream_id, (at, fence)| {
+            let taken_since = known
+                .iter()
+                .find(|i| i.stream_id == *stream_id)
+                .is_some_and(|i| i.fence_token.unwrap_or(0) > *fence);
+            now.duration_since(*at) < cooldown && !taken_since
+        });
+        let acquire: Vec<Attempt> = plan
+            .acquire
+            .into_iter()
+            .filter(|s| !self.recently_shed.contains_key(s))
+            .map(|stream_id| {
+                let seen = self
+                    .known
+                    .iter()
+                    .find(|i| i.stream_id == stream_id)
+                    .and_then(|i| ItemState::of(i).held_by_other(&me));
+                Attempt { stream_id, seen }
+            })
+            .collect();
+
+        let releasing = owned.values().filter(|r| **r).count();
+        let want = plan.shed.len().saturating_sub(releasing);
+        let release: Vec<(String, ReleaseReason)> = plan
+            .shed
+            .into_iter()
+            .filter(|s| owned.get(s).is_some_and(|r| !r))
+            .take(want)
+            .map(|s| {
+                let reason = if plan.honoured.contains(&s) {
+                    ReleaseReason::Bid
+                } else {
+                    ReleaseReason::Shed
+                };
+                (s, reason)
+            })
+            .collect();
+        for (stream_id, _) in &release {
+            let fence = self
+                .known
+                .iter()
+                .find(|i| i.stream_id == *stream_id)
+                .and_then(|i| i.fence_token)
+                .unwrap_or(0);
+            self.recently_shed.insert(stream_id.clone(), (now, fence));
+        }
+        Round {
+            forget_draining,
+            acquire,
+            bid: plan.bid,
+            release,
+            gauges,
+            target: plan.target,
+            deferred: plan.deferred,
+        }
+    }
+
+    /// Lapsed owners stay out of the live count for at least one lease and while they hold
+    /// anything, unless they renewed after they were seen lapsed (a paused owner that resumed
+    /// in time for some of its leases). "Hold" uses the plan's own test, expiry + skew: an
+    /// owner whose last lease has just expired but is inside the skew margin counts live in
+    /// the plan, so forgetting it then would shrink the share at the end of a takeover.
+    fn forget_lapsed(&mut self, now_ms: i64) {
+        let lease_ms = self.settings.lease.as_millis() as i64;
+        let cutoff = now_ms - self.skew_ms();
+        let known = &self.known;
+        self.lapsed_owners.retain(|owner, seen| {
+            let mut holds = false;
+            for item in known
+                .iter()
+                .filter(|i| i.owner_id.as_deref() == Some(owner))
+            {
+                match item.lease_expires_at {
+                    Some(t) if t > *seen + lease_ms => return false,
+                    Some(t) if t >= cutoff => holds = true,
+                    _ => {}
+                }
+            }
+            holds || now_ms - *seen < lease_ms
+        });
+    }
+
+    /// An acquire succeeded with `item`. False when its fence is not above one seen before for
+    /// that stream (a restored table): the stream must not be run with it.
+    pub fn on_acquired(&mut self, item: LeaseItem, now: Instant) -> bool {
+        let fence = item.fence_token.unwrap_or(0);
+        let admitted = self.fences.admit(&item.stream_id, fence);
+        self.remember(item, now);
+        admitted
+    }
+
+    /// An acquire was refused; `current` is the item as the table holds it now, when it said
+    /// (renewed since the scan, or just taken by a competitor): that expiry is the one to watch.
+    pub fn on_refused(&mut self, current: Option<LeaseItem>, now: Instant) {
+        if let Some(item) = current {
+            self.remember(item, now);
+        }
+    }
+
+    fn remember(&mut self, item: LeaseItem, now: Instant) {
+        let state = ItemState::of(&item);
+        match self.seen.get(&item.stream_id) {
+            Some((s, _)) if *s == state => {}
+            _ => {
+                self.seen.insert(item.stream_id.clone(), (state, now));
+            }
+        }
+        match self
+            .known
+            .iter_mut()
+            .find(|k| k.stream_id == item.stream_id)
+        {
+            Some(slot) => *slot = item,
+            None => self.known.push(item),
+        }
+    }
+
+    /// Ends the round after its acquires: `raced` when any was refused or its outcome is
+    /// unknown; `owned` is what this worker runs now; `now_ms` the wall clock after the
+    /// acquires. Sets the next watch and the ramp; returns true when candidates this worker
+    /// wanted remain (so another round should follow soon).
+    pub fn finish_round(
+        &mut self,
+        round: &Round,
+        raced: bool,
+        owned: &HashSet<String>,
+        now_ms: i64,
+        now: Instant,
+    ) -> bool {
+        self.next_watch_ms = plan::next_watch(
+            &self.known,
+            &self.me,
+            owned,
+            &self.contenders,
+            &self.unchanged(now),
+            now_ms,
+            self.limits(),
+        );
+        self.raced = raced;
+        let filled = round.acquire.len() >= self.per_round && !raced;
+        let hurry = (round.deferred > 0 || raced) && owned.len() < round.target;
+        self.per_round = if hurry && filled {
+            (self.per_round * 2).min(MAX_PER_ROUND)
+        } else if hurry {
+            self.per_round
+        } else {
+            PER_ROUND
+        };
+        hurry
+    }
+
+    /// Unix ms at which to try a watched lease (expiry-aware mode only).
+    pub fn watch_at_ms(&self) -> Option<i64> {
+        self.next_watch_ms.filter(|_| self.settings.expiry_aware)
+    }
+
+    /// What the scan timer's round should be.
+    pub fn scheduled(&self) -> Scheduled {
+        if self.view_rounds > 0 && self.view_rounds <= VIEW_ROUNDS {
+            Scheduled::View
+        } else {
+            Scheduled::Scan {
+                consistent: self.raced,
+            }
+        }
+    }
+
+    /// After a round on the last view: the time until the next scheduled round.
+    pub fn after_view_round(&mut self, hurry: bool) -> Duration {
+        if hurry && !self.raced && self.view_rounds < VIEW_ROUNDS {
+            self.view_rounds += 1;
+            return FAST_RESCAN.min(self.settings.scan);
+        }
+        self.view_rounds = 0;
+        self.rescan_delay(hurry)
+    }
+
+    /// After a scan round (or a failed scan, `hurry = false`): when hurrying only because the
+    /// round's cap left candidates (no race lost) and the scan saw other owners (so the share it
+    /// planned with is the fleet's, not a lone worker's), the next rounds reuse its view; after a
+    /// lost race, a fresh scan.
+    pub fn after_scan(&mut self, hurry: bool) -> Duration {
+        if hurry && !self.raced && self.live_owners > 1 {
+            self.view_rounds = 1;
+            return FAST_RESCAN.min(self.settings.scan);
+        }
+        self.view_rounds = 0;
+        self.rescan_delay(hurry)
+    }
+
+    /// After a round woken by a watched expiry: how soon the next scheduled round should come
+    /// (`None`: keep the schedule).
+    pub fn after_watch_round(&mut self, hurry: bool) -> Option<Duration> {
+        if !hurry {
+            return None;
+        }
+        if self.raced {
+            self.view_rounds = 0;
+            return Some(self.rescan_delay(true));
+        }
+        Some(FAST_RESCAN.min(self.settings.scan))
+    }
+
+    /// Until the next scan: the scan interval, or when hurrying, live owners × 2 × the last
+    /// scan's time (at least [`MIN_RESCAN`]): each worker's scans then take at most a
+    /// 1 / (2 × owners) share of the table's time, so all of them together at most half of it,
+    /// whatever the table's size. 120 streams: ~40 ms; 2,000 streams and 20 workers: ~2.5 s.
+    pub fn rescan_delay(&self, hurry: bool) -> Duration {
+        if !hurry {
+            return self.settings.scan;
+        }
+        MIN_RESCAN
+            .max(self.last_scan_took * self.live_owners.min(1000) as u32 * 2)
+            .min(self.settings.scan)
+    }
+
+    /// A fleet signal read: its generation and the owners it names as draining.
+    pub fn on_fleet_signal(&mut self, generation: u64, draining: Vec<String>) -> FleetRead {
+        let first = self.fleet_generation.is_none();
+        let clear_own_mark = first && draining.contains(&self.me);
+        let draining: HashSet<String> = draining.into_iter().filter(|o| *o != self.me).collect();
+        let changed = self.fleet_generation != Some(generation) || self.draining_owners != draining;
+        self.fleet_generation = Some(generation);
+        self.draining_owners = draining;
+        FleetRead {
+            changed: changed && !first,
+            clear_own_mark,
+        }
+    }
+
+    /// Until the next fleet signal read: faster while some owner is draining.
+    pub fn fleet_every(&self) -> Duration {
+        if self.draining_owners.is_empty() {
+            self.settings.fleet_poll
+        } else {
+            self.settings.fleet_poll.min(FLEET_POLL_DRAINING)
+        }
+    }
+}
+
+/// The part of an item that changes when its lease is renewed or taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ItemState {
+    owner_id: Option<String>,
+    fence_token: Option<u64>,
+    lease_expires_at: Option<i64>,
+}
+
+impl ItemState {
+    fn of(item: &LeaseItem) -> Self {
+        ItemState {
+            owner_id: item.owner_id.clone(),
+            fence_token: item.fence_token,
+            lease_expires_at: item.lease_expires_at,
+        }
+    }
+
+    /// The state as a [`Seen`] when someone other than `me` holds the lease.
+    fn held_by_other(self, me: &str) -> Option<Seen> {
+        match (self.owner_id, self.fence_token, self.lease_expires_at) {
+            (Some(owner_id), Some(fence_token), Some(lease_expires_at)) if owner_id != me => {
+                Some(Seen {
+                    owner_id,
+                    fence_token,
+                    lease_expires_at,
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// `base` ± 10 % (`unit` in `[0, 1)`), so that workers started together do not act in lockstep.
+pub fn jittered(base: Duration, unit: f64) -> Duration {
+    base.mul_f64(0.9 + 0.2 * unit.clamp(0.0, 1.0))
+}

@@ -1,0 +1,331 @@
+//! The acquisition plan: from one view of the table, which streams to try, which to shed, which
+//! to bid on and when a held lease is worth trying again.
+//!
+//! Plain data in, plan out; the clock is passed in as Unix milliseconds.
+
+use std::collections::{HashMap, HashSet};
+
+use lease_table::LeaseItem;
+
+/// A starved worker's bid on a held stream, as read from the table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bid {
+    pub stream_id: String,
+    pub bidder: String,
+    /// Unix ms of the bid.
+    pub at: i64,
+}
+
+/// Inputs of one acquisition round.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanLimits {
+    /// Never own more than this.
+    pub max_streams: usize,
+    /// At most this many acquisitions (and releases) per round.
+    pub per_round: usize,
+    /// Clock-skew margin: a lease is expired only once `expires_at < now - skew`.
+    pub skew_ms: i64,
+    /// A lease the table says is expired is taken only once its item has been seen unchanged
+    /// this long (on this worker's monotonic clock): a healthy owner changes its item every
+    /// renew interval, so however fast this worker's wall clock runs, it never takes a
+    /// healthy lease. 0 = no such guard.
+    pub quiet_ms: i64,
+    /// An item seen unchanged this long (a full lease + the skew margin) is dead whatever the
+    /// wall clocks say (its owner's may run ahead, or this one's behind): taken with a
+    /// compare-and-swap on the state seen. `i64::MAX` = never.
+    pub stale_ms: i64,
+}
+
+/// For each held item, how long (ms, this worker's monotonic clock) it has been seen in its
+/// current state (owner, fence, expiry); a missing item counts as 0.
+pub type Unchanged = HashMap<String, i64>;
+
+impl PlanLimits {
+    /// Unix ms at which a lease held by someone else becomes takeable: when the table says it
+    /// is expired (`expires + skew + 1`) and it has been quiet for `quiet_ms`, or when it has
+    /// been unchanged for `stale_ms`, whichever comes first. `unchanged` is how long it has been
+    /// seen in this state at `now_ms`.
+    pub fn takeable_at(&self, expires: i64, unchanged: i64, now_ms: i64) -> i64 {
+        let seen_at = now_ms - unchanged;
+        let expired = (expires + self.skew_ms + 1).max(seen_at.saturating_add(self.quiet_ms));
+        expired.min(seen_at.saturating_add(self.stale_ms))
+    }
+}
+
+/// The result of one acquisition round.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Plan {
+    /// Fair share for this worker: ⌈streams / live owners⌉ capped by `max_streams`.
+    pub target: usize,
+    /// Distinct live owners, this worker included.
+    pub live_owners: usize,
+    /// Streams to try now, best first.
+    pub acquire: Vec<String>,
+    /// Owned streams to release gracefully (excess above the fair share).
+    pub shed: Vec<String>,
+    /// Streams held by others: `(stream_id, unix ms at which to try)` = expiry + skew + 1.
+    pub watch: Vec<(String, i64)>,
+    /// Candidates that were acquirable but left for a later round.
+    pub deferred: usize,
+    /// A held stream on which to record a bid (this worker is below the fair share while an
+    /// owner holds at least two more than it; the bid makes this worker count as a live owner
+    /// for everyone, and asks that owner to hand the stream over).
+    pub bid: Option<String>,
+    /// Owned streams in `shed` because a bidder holding at least two fewer asked for them.
+    pub honoured: Vec<String>,
+    /// The other live owners (sorted): with this worker, the contenders for a stream that
+    /// becomes free, ranked per stream by [`herd_position`].
+    pub contenders: Vec<String>,
+    /// Owners seen with a lapsed lease in this view (a healthy owner never lets one lapse).
+    /// The caller remembers them and passes them back as `leaving` while their other leases
+    /// run out: otherwise, once the lapsed streams are taken, the dead owner's remaining
+    /// (unexpired) streams make it look live again, the share shrinks, and the streams just
+    /// taken over are shed and taken over again.
+    pub lapsed: Vec<String>,
+}
+
+/// Decides what to acquire, shed and watch from a view of the table at `now_ms`.
+///
+/// Live owners are the distinct holders of unexpired leases, excluding any owner with an
+/// expired lease (a healthy owner never lets one lapse) and any owner in `leaving`: announced
+/// as draining by the fleet signal (it is about to release everything, so its streams belong to
+/// the remaining share), or remembered from an earlier view's `lapsed`; plus
+/// workers with a fresh bid (`bids`: the caller passes only fresh bids of other workers), plus
+/// `me`. Candidates are free items,
+/// expired ones, and items naming `me` that this process does not run. They are ordered by a
+/// hash of `(me, stream)` so that workers prefer different streams and contend less.
+///
+/// Balance: a worker above `target + 1` sheds its excess. A worker below the target with nothing
+/// to take bids on a stream of an owner holding at least two more than it; that owner hands the
+/// stream over (sheds it) when it still holds at least two more than the bidder. Both sides
+/// apply the same "two more" rule, so a bid is answered rather than repeated forever, and each
+/// hand-over narrows the spread (the sum of squares of the counts falls), so bidding stops.
+#[allow(clippy::too_many_arguments)]
+pub fn plan(
+    items: &[LeaseItem],
+    bids: &[Bid],
+    leaving: &HashSet<String>,
+    me: &str,
+    owned: &HashSet<String>,
+    unchanged: &Unchanged,
+    now_ms: i64,
+    limits: PlanLimits,
+) -> Plan {
+    let mut live: HashSet<&str> = HashSet::new();
+    let mut dead: HashSet<&str> = HashSet::new();
+    let mut candidates: Vec<&str> = Vec::new();
+    // Candidates every watcher could try at once: decided below, by herd rank.
+    let mut contested: Vec<(&str, i64)> = Vec::new();
+    let mut watch = Vec::new();
+    let mut held_by: HashMap<&str, Vec<&str>> = HashMap::new();
+    for item in items {
+        let id = item.stream_id.as_str();
+        if owned.contains(id) {
+            continue;
+        }
+        match (&item.owner_id, item.lease_expires_at) {
+            // Released moments ago (a drain or a shed): the fleet looks at once; rank decides.
+            (None, _) if item.updated_at.is_some_and(|t| t > now_ms - HERD_RECENT_MS) => {
+                contested.push((id, item.updated_at.unwrap_or(0)))
+            }
+            (None, _) => candidates.push(id),
+            (Some(owner), _) if owner == me => candidates.push(id),
+            // Held with no expiry: the acquire condition can never hold; nothing to do.
+            (Some(_), None) => {}
+            (Some(owner), Some(expires)) => {
+                let quiet = unchanged.get(id).copied().unwrap_or(0);
+                let at = limits.takeable_at(expires, quiet, now_ms);
+                if now_ms >= at {
+                    dead.insert(owner.as_str());
+                    contested.push((id, at));
+                } else {
+                    live.insert(owner.as_str());
+                    held_by.entry(owner.as_str()).or_default().push(id);
+                    watch.push((id.to_string(), at));
+                }
+            }
+        }
+    }
+    live.retain(|owner| !dead.contains(owner) && !leaving.contains(*owner));
+    live.extend(
+        bids.iter()
+            .map(|b| b.bidder.as_str())
+            // A bid is no sign of life from an owner whose lease lapsed (it may have bid just
+            // before it died): counting it would shrink everyone's share mid-takeover.
+            .filter(|b| *b != me && !leaving.contains(*b) && !dead.contains(*b)),
+    );
+    live.remove(me);
+    let mut contenders: Vec<&str> = live.iter().copied().collect();
+    contenders.sort_unstable();
+    for (id, base) in contested {
+        if now_ms >= base + herd_delay_ms(herd_position(me, &contenders, id)) {
+            candidates.push(id);
+        }
+    }
+    let live_owners = live.len() + 1;
+    let target = items.len().div_ceil(live_owners).min(limits.max_streams);
+
+    candidates.sort_by_key(|id| (rank(me, id), *id));
+    let room = target.saturating_sub(owned.len()).min(limits.per_round);
+    let acquire: Vec<String> = candidates
+        .iter()
+        .take(room)
+        .map(|s| s.to_string())
+        .collect();
+    let deferred = candidates.len() - acquire.len();
+
+    let mut shed = Vec::new();
+    if owned.len() > target + 1 {
+        let mut mine: Vec<&String> = owned.iter().collect();
+        // Shed the streams this worker ranks worst, so the choice is stable across rounds.
+        mine.sort_by_key(|id| std::cmp::Reverse((rank(me, id), id.as_str())));
+        let excess = (owned.len() - target).min(limits.per_round);
+        shed = mine.into_iter().take(excess).cloned().collect();
+    }
+    // Answer bids on owned streams from workers holding at least two fewer (one stream per
+    // bidder per round: its count changes as soon as it takes one).
+    let mut honoured = Vec::new();
+    let mut answered: HashSet<&str> = HashSet::new();
+    let mut mine_after = owned.len() - shed.len();
+    let mut on_mine: Vec<&Bid> = bids
+        .iter()
+        .filter(|b| b.bidder != me && owned.contains(&b.stream_id))
+        .filter(|b| !leaving.contains(&b.bidder) && !dead.contains(b.bidder.as_str()))
+        .collect();
+    on_mine.sort_by(|x, y| (x.at, &x.stream_id).cmp(&(y.at, &y.stream_id)));
+    for bid in on_mine {
+        let theirs = held_by.get(bid.bidder.as_str()).map_or(0, Vec::len);
+        if shed.len() >= limits.per_round
+            || answered.contains(bid.bidder.as_str())
+            || shed.contains(&bid.stream_id)
+            || mine_after < theirs + 2
+        {
+            continue;
+        }
+        answered.insert(bid.bidder.as_str());
+        shed.push(bid.stream_id.clone());
+        honoured.push(bid.stream_id.clone());
+        mine_after -= 1;
+    }
+    // Below the fair share while someone holds at least two more: bid on their best-ranked
+    // stream, which makes this worker count as a live owner everywhere.
+    // Not while a leaving or dead owner still holds streams: they are about to be free, and
+    // taking them evens the counts without anyone handing a stream over.
+    let mut bid = None;
+    let freeing = held_by
+        .keys()
+        .any(|owner| leaving.contains(*owner) || dead.contains(*owner));
+    if owned.len() < target && acquire.is_empty() && deferred == 0 && !freeing {
+        let busiest = held_by
+            .iter()
+            .filter(|(owner, streams)| {
+                **owner != me
+                    && !dead.contains(*owner)
+                    && !leaving.contains(**owner)
+                    // More than one above us: taking one from them narrows the spread. A
+                    // bar at `target` alone would leave a late worker starved whenever the
+                    // early ones hold exactly their (too small a fleet's) share.
+                    && streams.len() > owned.len() + 1
+            })
+            .max_by_key(|(owner, streams)| (streams.len(), std::cmp::Reverse(**owner)));
+        if let Some((_, streams)) = busiest {
+            bid = streams
+                .iter()
+                .min_by_key(|id| (rank(me, id), **id))
+                .map(|id| id.to_string());
+        }
+    }
+    let mut lapsed: Vec<String> = dead.iter().map(|o| o.to_string()).collect();
+    lapsed.sort();
+    Plan {
+        contenders: contenders.iter().map(|o| o.to_string()).collect(),
+        target,
+        live_owners,
+        acquire,
+        shed,
+        watch,
+        deferred,
+        bid,
+        honoured,
+        lapsed,
+    }
+}
+
+/// When to try next for a stream someone else holds: the earliest [`PlanLimits::takeable_at`]
+/// (plus this worker's herd delay) still in the future, over `items` not in `owned` for which this
+/// worker is among the first [`HERD_WATCHERS`] contenders; the others find the stream free, or
+/// taken, in their next scan. Computed again after an acquire round, whose refusals reveal
+/// leases renewed (or taken) since the scan.
+pub fn next_watch(
+    items: &[LeaseItem],
+    me: &str,
+    owned: &HashSet<String>,
+    contenders: &[String],
+    unchanged: &Unchanged,
+    now_ms: i64,
+    limits: PlanLimits,
+) -> Option<i64> {
+    let contenders: Vec<&str> = contenders.iter().map(String::as_str).collect();
+    items
+        .iter()
+        .filter(|i| !owned.contains(&i.stream_id))
+        .filter(|i| i.owner_id.as_deref().is_some_and(|o| o != me))
+        .filter_map(|i| {
+            let position = herd_position(me, &contenders, &i.stream_id);
+            let quiet = unchanged.get(&i.stream_id).copied().unwrap_or(0);
+            (position < HERD_WATCHERS)
+                .then(|| {
+                    i.lease_expires_at
+                        .map(|t| limits.takeable_at(t, quiet, now_ms) + herd_delay_ms(position))
+                })
+                .flatten()
+        })
+        .filter(|at| *at > now_ms)
+        .min()
+}
+
+/// Of the workers watching one expiring stream, this many try it as it expires (the first at
+/// once, the second [`HERD_JITTER_MS`] later); the rest wait [`HERD_STEP_MS`] per place behind
+/// and try only if their next scan still shows it free. A crashed worker's stream then costs
+/// about one conditional-write conflict, not one per live worker (issue #17: at 1,000 workers,
+/// a burst of throttled writes on one key).
+pub const HERD_WATCHERS: usize = 2;
+/// The second watcher's delay behind the first.
+pub const HERD_JITTER_MS: i64 = 20;
+/// Each later contender's extra delay.
+pub const HERD_STEP_MS: i64 = 500;
+/// A free item written this recently was just released: contended by rank like an expiry.
+pub const HERD_RECENT_MS: i64 = 2_000;
+
+/// This worker's place (0 = first) among `me` and `others` for `stream`, by [`rank`]: the same
+/// order on every worker that sees the same live owners.
+pub fn herd_position(me: &str, others: &[&str], stream: &str) -> usize {
+    let mine = (rank(me, stream), me);
+    others
+        .iter()
+        .filter(|o| **o != me && (rank(o, stream), **o) < mine)
+        .count()
+}
+
+/// How long after a stream becomes takeable the worker at `position` may try it.
+pub fn herd_delay_ms(position: usize) -> i64 {
+    match position {
+        0 => 0,
+        p if p < HERD_WATCHERS => HERD_JITTER_MS * p as i64,
+        p => HERD_JITTER_MS + HERD_STEP_MS * (p + 1 - HERD_WATCHERS) as i64,
+    }
+}
+
+/// A stable per-(worker, stream) preference: FNV-1a of both names, then the splitmix64
+/// finaliser (FNV alone leaves names that differ in their last characters, `s-1960`…`s-1979`,
+/// next to each other in every worker's order, so workers contended for the same runs).
+fn rank(me: &str, stream: &str) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in me.bytes().chain([0u8]).chain(stream.bytes()) {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash = (hash ^ (hash >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    hash = (hash ^ (hash >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    hash ^ (hash >> 31)
+}

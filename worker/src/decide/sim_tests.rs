@@ -1,0 +1,354 @@
+//! Property tests of the supervisor core ([`Supervision`]) on a virtual clock: a fleet of cores
+//! against an in-memory lease table that applies the design's conditional writes, with no I/O.
+//! (The real table is exercised by the process tests; this checks the decisions.)
+
+use super::*;
+use lease_table::LeaseItem;
+use proptest::prelude::*;
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+use tokio::time::Instant;
+
+const LEASE_MS: i64 = 3000;
+const RENEW_MS: i64 = 1000;
+const SKEW_MS: i64 = 200;
+const TICK_MS: i64 = 50;
+
+struct SimWorker {
+    name: String,
+    core: Supervision,
+    /// Streams it runs → (fence, releasing).
+    owned: HashMap<String, (u64, bool)>,
+    next_scan: i64,
+    next_renew: i64,
+    alive: bool,
+    started: bool,
+}
+
+struct Sim {
+    t0: Instant,
+    base_ms: i64,
+    now: i64,
+    table: Vec<LeaseItem>,
+    bids: HashMap<String, Bid>,
+    workers: Vec<SimWorker>,
+    /// (virtual ms, stream) of every acquisition.
+    changes: Vec<(i64, String)>,
+}
+
+fn settings() -> Settings {
+    Settings {
+        lease: Duration::from_millis(LEASE_MS as u64),
+        renew: Duration::from_millis(RENEW_MS as u64),
+        scan: Duration::from_millis(RENEW_MS as u64),
+        skew: Duration::from_millis(SKEW_MS as u64),
+        max_streams: usize::MAX,
+        expiry_aware: true,
+        fleet_poll: Duration::ZERO,
+    }
+}
+
+impl Sim {
+    fn new(streams: usize, starts: &[i64]) -> Sim {
+        let table = (0..streams)
+            .map(|i| LeaseItem {
+                stream_id: format!("s-{i:04}"),
+                ..LeaseItem::default()
+            })
+            .collect();
+        let workers = starts
+            .iter()
+            .enumerate()
+            .map(|(i, start)| {
+                let name = format!("w-{i}");
+                SimWorker {
+                    core: Supervision::new(settings(), &name),
+                    name,
+                    owned: HashMap::new(),
+                    next_scan: *start,
+                    next_renew: *start,
+                    alive: true,
+                    started: false,
+                }
+            })
+            .collect();
+        Sim {
+            t0: Instant::now(),
+            base_ms: 1_800_000_000_000,
+            now: 0,
+            table,
+            bids: HashMap::new(),
+            workers,
+            changes: Vec::new(),
+        }
+    }
+
+    fn ms(&self) -> i64 {
+        self.base_ms + self.now
+    }
+
+    fn instant(&self) -> Instant {
+        self.t0 + Duration::from_millis(self.now as u64)
+    }
+
+    /// The design's acquire condition, applied to the in-memory table.
+    fn acquire(&mut self, attempt: &Attempt, me: &str) -> Result<LeaseItem, LeaseItem> {
+        let stream = attempt.stream_id.as_str();
+        let now = self.ms();
+        let item = self
+            .table
+            .iter_mut()
+            .find(|i| i.stream_id == stream)
+            .expect("only existing streams are planned");
+        let unchanged = attempt.seen.as_ref().is_some_and(|s| {
+            item.owner_id.as_deref() == Some(s.owner_id.as_str())
+                && item.fence_token == Some(s.fence_token)
+                && item.lease_expires_at == Some(s.lease_expires_at)
+        });
+        let free = item.owner_id.is_none()
+            || item.owner_id.as_deref() == Some(me)
+            || item.lease_expires_at.is_some_and(|t| t < now - SKEW_MS)
+            || unchanged;
+        if !free {
+            return Err(item.clone());
+        }
+        item.owner_id = Some(me.to_string());
+        item.lease_expires_at = Some(now + LEASE_MS);
+        item.fence_token = Some(item.fence_token.unwrap_or(0) + 1);
+        item.updated_at = Some(now);
+        Ok(item.clone())
+    }
+
+    fn round(&mut self, w: usize, scan: bool) -> bool {
+        let (now_ms, now) = (self.ms(), self.instant());
+        if scan {
+            let bids = self.bids.values().cloned().collect();
+            let items = self.table.clone();
+            self.workers[w]
+                .core
+                .on_scan(items, bids, Duration::from_millis(5), now);
+        }
+        let owned: HashMap<String, bool> = self.workers[w]
+            .owned
+            .iter()
+            .map(|(s, (_, r))| (s.clone(), *r))
+            .collect();
+        let round = self.workers[w].core.round(&owned, now_ms, now);
+        let me = self.workers[w].name.clone();
+        let mut raced = false;
+        for attempt in &round.acquire {
+            let stream = &attempt.stream_id;
+            match self.acquire(attempt, &me) {
+                Ok(item) => {
+                    let fence = item.fence_token.unwrap_or(0);
+                    if self.workers[w].core.on_acquired(item, now) {
+                        self.workers[w].owned.insert(stream.clone(), (fence, false));
+                        self.changes.push((self.now, stream.clone()));
+                    }
+                }
+                Err(current) => {
+                    raced = true;
+                    self.workers[w].core.on_refused(Some(current), now);
+                }
+            }
+        }
+        if let Some(stream) = &round.bid {
+            let held_by_other = self
+                .table
+                .iter()
+                .any(|i| i.stream_id == *stream && i.owner_id.as_deref().is_some_and(|o| o != me));
+            if held_by_other {
+                self.bids.insert(
+                    stream.clone(),
+                    Bid {
+                        stream_id: stream.clone(),
+                        bidder: me.clone(),
+                        at: now_ms,
+                    },
+                );
+            }
+        }
+        for (stream, _) in &round.release {
+            if let Some(slot) = self.workers[w].owned.get_mut(stream) {
+                slot.1 = true;
+            }
+        }
+        let owned: HashSet<String> = self.workers[w].owned.keys().cloned().collect();
+        self.workers[w]
+            .core
+            .finish_round(&round, raced, &owned, now_ms, now)
+    }
+
+    /// One tick: releases complete, renewals, then every due round.
+    fn tick(&mut self) {
+        let now_ms = self.ms();
+        for w in 0..self.workers.len() {
+            if !self.workers[w].alive
+                || self.now < self.workers[w].next_scan && !self.workers[w].started
+            {
+                continue;
+            }
+            self.workers[w].started = true;
+            let me = self.workers[w].name.clone();
+            // Releases asked for in the last round are done by now.
+            let releasing: Vec<(String, u64)> = self.workers[w]
+                .owned
+                .iter()
+                .filter(|(_, (_, r))| *r)
+                .map(|(s, (f, _))| (s.clone(), *f))
+                .collect();
+            for (stream, fence) in releasing {
+                self.workers[w].owned.remove(&stream);
+                if let Some(item) = self.table.iter_mut().find(|i| i.stream_id == stream) {
+                    if item.owner_id.as_deref() == Some(me.as_str())
+                        && item.fence_token == Some(fence)
+                    {
+                        item.owner_id = None;
+                        item.lease_expires_at = None;
+                        item.updated_at = Some(now_ms);
+                    }
+                }
+            }
+            if self.now >= self.workers[w].next_renew {
+                self.workers[w].next_renew = self.now + RENEW_MS;
+                let mut lost = Vec::new();
+                for (stream, (fence, _)) in &self.workers[w].owned {
+                    let item = self
+                        .table
+                        .iter_mut()
+                        .find(|i| i.stream_id == *stream)
+                        .unwrap();
+                    let ours = item.owner_id.as_deref() == Some(me.as_str())
+                        && item.fence_token == Some(*fence)
+                        && item.lease_expires_at.is_some_and(|t| t >= now_ms);
+                    if ours {
+                        item.lease_expires_at = Some(now_ms + LEASE_MS);
+                    } else {
+                        lost.push(stream.clone());
+                    }
+                }
+                for stream in lost {
+                    self.workers[w].owned.remove(&stream);
+                }
+            }
+            if self.now >= self.workers[w].next_scan {
+                let next = match self.workers[w].core.scheduled() {
+                    Scheduled::View => {
+                        let hurry = self.round(w, false);
+                        self.workers[w].core.after_view_round(hurry)
+                    }
+                    Scheduled::Scan { .. } => {
+                        let hurry = self.round(w, true);
+                        self.workers[w].core.after_scan(hurry)
+                    }
+                };
+                self.workers[w].next_scan = self.now + next.as_millis() as i64;
+            }
+            if self.workers[w]
+                .core
+                .watch_at_ms()
+                .is_some_and(|at| at <= now_ms)
+            {
+                let hurry = self.round(w, false);
+                if let Some(soon) = self.workers[w].core.after_watch_round(hurry) {
+                    let at = self.now + soon.as_millis() as i64;
+                    self.workers[w].next_scan = self.workers[w].next_scan.min(at);
+                }
+            }
+        }
+        self.now += TICK_MS;
+    }
+
+    fn run_until(&mut self, until: i64) {
+        while self.now < until {
+            self.tick();
+        }
+    }
+
+    fn kill(&mut self, w: usize) {
+        self.workers[w].alive = false;
+        self.workers[w].owned.clear();
+    }
+
+    /// Counts of streams per live worker, each validly held in the table.
+    fn shares(&self) -> Vec<usize> {
+        let now = self.ms();
+        self.workers
+            .iter()
+            .filter(|w| w.alive)
+            .map(|w| {
+                w.owned
+                    .iter()
+                    .filter(|(s, (f, _))| {
+                        self.table.iter().any(|i| {
+                            i.stream_id == **s
+                                && i.owner_id.as_deref() == Some(w.name.as_str())
+                                && i.fence_token == Some(*f)
+                                && i.lease_expires_at.is_some_and(|t| t >= now)
+                        })
+                    })
+                    .count()
+            })
+            .collect()
+    }
+
+    fn check_settled(&self, streams: usize, quiet_since: i64) -> Result<(), TestCaseError> {
+        let shares = self.shares();
+        prop_assert_eq!(
+            shares.iter().sum::<usize>(),
+            streams,
+            "every stream owned: {:?}",
+            shares
+        );
+        let (lo, hi) = (shares.iter().min().unwrap(), shares.iter().max().unwrap());
+        prop_assert!(hi - lo <= 1, "shares settle within one: {:?}", shares);
+        let late: Vec<_> = self
+            .changes
+            .iter()
+            .filter(|(t, _)| *t >= quiet_since)
+            .collect();
+        prop_assert!(late.is_empty(), "no oscillation once settled: {:?}", late);
+        Ok(())
+    }
+}
+
+#[test]
+fn a_lone_worker_takes_everything() {
+    let mut sim = Sim::new(30, &[0]);
+    sim.run_until(10_000);
+    assert_eq!(sim.shares(), vec![30]);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Workers started at random moments own every stream, settle within one of each other, and
+    /// then stop moving streams.
+    #[test]
+    fn fleet_settles_without_oscillation(
+        streams in 0usize..48,
+        starts in prop::collection::vec(0i64..4000, 1..6),
+    ) {
+        let mut sim = Sim::new(streams, &starts);
+        sim.run_until(40_000);
+        let quiet = sim.now;
+        sim.run_until(60_000);
+        sim.check_settled(streams, quiet)?;
+    }
+
+    /// After a worker dies, the others take all its streams and settle again.
+    #[test]
+    fn a_dead_workers_streams_are_taken_and_shares_settle(
+        streams in 1usize..40,
+        starts in prop::collection::vec(0i64..2000, 2..6),
+        victim in 0usize..6,
+    ) {
+        let mut sim = Sim::new(streams, &starts);
+        sim.run_until(30_000);
+        sim.kill(victim % starts.len());
+        sim.run_until(70_000);
+        let quiet = sim.now;
+        sim.run_until(90_000);
+        sim.check_settled(streams, quiet)?;
+    }
+}
