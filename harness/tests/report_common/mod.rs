@@ -26,7 +26,7 @@ pub fn versions() -> Versions {
         harness: "0.1.0-test".into(),
         worker: Some("lease-worker 0.1.0-test".into()),
         worker_error: None,
-        dynamodb: Some("moto 5.2.5 (Apache-2.0)".into()),
+        dynamodb: None,
     }
 }
 pub const SKEW_MS: u64 = 200;
