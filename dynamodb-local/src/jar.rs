@@ -128,15 +128,19 @@ impl JarSource {
     }
 }
 
-/// `$XDG_CACHE_HOME` or `~/.cache`, then `lease-failover/dynamodb-local-<version>`.
+/// `lease-failover/dynamodb-local-<version>` in [`cache_root`].
 pub fn default_cache_dir() -> PathBuf {
-    let base = std::env::var_os("XDG_CACHE_HOME")
+    cache_root().join(format!("dynamodb-local-{DDB_LOCAL_VERSION}"))
+}
+
+/// `$XDG_CACHE_HOME/lease-failover` or `~/.cache/lease-failover`: where every backend is cached.
+pub fn cache_root() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
         .filter(|d| !d.is_empty())
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir);
-    base.join("lease-failover")
-        .join(format!("dynamodb-local-{DDB_LOCAL_VERSION}"))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("lease-failover")
 }
 
 /// Checks a file's SHA-256 against `expected` (hex, case-insensitive).

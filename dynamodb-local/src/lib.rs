@@ -1,12 +1,14 @@
-//! Provisions DynamoDB Local for the harness and for tests: a container through `testcontainers`
-//! where a Docker engine answers, else the official jar run with Java, or an existing endpoint.
+//! Provisions a DynamoDB-compatible endpoint for the harness and for tests: DynamoDB Local (a
+//! container through `testcontainers` where a Docker engine answers, else the official jar run
+//! with Java), moto's server (open source, see [`moto`]), or an existing endpoint.
 //!
 //! [`DynamoLocal::start`] returns a guard holding the endpoint; dropping it stops what it started
-//! (never anything it did not start). DynamoDB Local is AWS software under its own licence: it is
-//! fetched at run time (see [`jar`]), never vendored.
+//! (never anything it did not start). DynamoDB Local is AWS software under its own licence and
+//! moto is Apache-2.0; both are fetched at run time (see [`jar`], [`moto`]), never vendored.
 
 mod docker;
 pub mod jar;
+pub mod moto;
 mod process;
 
 use std::fmt;
@@ -17,10 +19,14 @@ use std::time::Duration;
 use aws_sdk_dynamodb::Client;
 
 pub use jar::{JarSource, DDB_LOCAL_VERSION, NPM_PACKAGE, NPM_TARBALL_SHA256};
+pub use moto::{MotoSource, MOTO_LICENSE, MOTO_VERSION};
+
+pub use process::Server;
+use process::ServerProcess;
 
 /// Environment variable naming a directory that holds `DynamoDBLocal.jar`.
 pub const ENV_JAR_DIR: &str = "DYNAMODB_LOCAL_DIR";
-/// Environment variable selecting the mode (`auto`, `container`, `jar`, `endpoint=URL`).
+/// Environment variable selecting the mode (`auto`, `container`, `jar`, `moto`, `endpoint=URL`).
 pub const ENV_MODE: &str = "DYNAMODB_MODE";
 
 /// How to get a DynamoDB endpoint.
@@ -33,6 +39,8 @@ pub enum Mode {
     Container,
     /// The official jar, run with Java.
     Jar,
+    /// moto's server (Apache-2.0), from a cached Python venv.
+    Moto,
     /// An endpoint someone already runs (DynamoDB Local or real AWS); nothing is started or deleted.
     Endpoint(String),
 }
@@ -45,6 +53,7 @@ impl FromStr for Mode {
             "auto" => Ok(Mode::Auto),
             "container" => Ok(Mode::Container),
             "jar" => Ok(Mode::Jar),
+            "moto" => Ok(Mode::Moto),
             _ => match s.strip_prefix("endpoint=") {
                 Some(url) if url.starts_with("http://") || url.starts_with("https://") => {
                     Ok(Mode::Endpoint(url.trim_end_matches('/').to_string()))
@@ -61,6 +70,7 @@ impl fmt::Display for Mode {
             Mode::Auto => f.write_str("auto"),
             Mode::Container => f.write_str("container"),
             Mode::Jar => f.write_str("jar"),
+            Mode::Moto => f.write_str("moto"),
             Mode::Endpoint(url) => write!(f, "endpoint={url}"),
         }
     }
@@ -72,9 +82,11 @@ pub struct Options {
     pub mode: Mode,
     /// Where the jar comes from (directory, cache, npm).
     pub jar: JarSource,
+    /// Where moto's venv comes from (named venv, cache, pip).
+    pub moto: MotoSource,
     /// The `java` executable (default: `$JAVA_HOME/bin/java` when set, else `java` on PATH).
     pub java: PathBuf,
-    /// Port for the jar; `None` picks a free one.
+    /// Port for the jar or moto; `None` picks a free one.
     pub port: Option<u16>,
     /// How long to wait for the first successful `ListTables`.
     pub ready_timeout: Duration,
@@ -93,6 +105,7 @@ impl Default for Options {
         Options {
             mode,
             jar: JarSource::from_env(),
+            moto: MotoSource::from_env(),
             java,
             port: None,
             ready_timeout: Duration::from_secs(90),
@@ -103,7 +116,9 @@ impl Default for Options {
 /// Errors while provisioning; each names what failed and what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum ProvisionError {
-    #[error("unknown DynamoDB mode {0:?}: use auto, container, jar or endpoint=http://HOST:PORT")]
+    #[error(
+        "unknown DynamoDB mode {0:?}: use auto, container, jar, moto or endpoint=http://HOST:PORT"
+    )]
     BadMode(String),
     #[error(
         "no DynamoDB Local jar available: {reason}.\n\
@@ -113,6 +128,14 @@ pub enum ProvisionError {
          (--dynamodb container) would also do."
     )]
     JarUnavailable { reason: String, cache: String },
+    #[error(
+        "moto is not available: {reason}.\n\
+         The moto backend needs Python 3 with the venv module (Debian: python3-venv) and PyPI \
+         reachable once, to install into {cache}; or point {} at a venv that has the packages of \
+         dynamodb-local/src/moto/requirements.txt installed.",
+        moto::ENV_MOTO_VENV
+    )]
+    MotoUnavailable { reason: String, cache: String },
     #[error("the DynamoDB Local tarball {path} has SHA-256 {actual}, expected {expected}: refusing to use it (delete it and retry, or supply the jar yourself)")]
     ChecksumMismatch {
         path: String,
@@ -126,15 +149,17 @@ pub enum ProvisionError {
     },
     #[error("port {0} on 127.0.0.1 is already in use: choose another port or leave it unset to pick a free one")]
     PortInUse(u16),
-    #[error("DynamoDB Local (pid {pid}) exited before it was ready ({status}); last lines of its log {log}:\n{tail}")]
+    #[error("{server} (pid {pid}) exited before it was ready ({status}); last lines of its log {log}:\n{tail}")]
     ExitedEarly {
+        server: Server,
         pid: u32,
         status: String,
         log: String,
         tail: String,
     },
-    #[error("DynamoDB Local at {endpoint} did not answer ListTables within {waited:?} (last error: {last_error}); last lines of its log {log}:\n{tail}")]
+    #[error("{server} at {endpoint} did not answer ListTables within {waited:?} (last error: {last_error}); last lines of its log {log}:\n{tail}")]
     NotReady {
+        server: Server,
         endpoint: String,
         waited: Duration,
         last_error: String,
@@ -161,7 +186,8 @@ pub enum ProvisionError {
 }
 
 enum Backend {
-    Jar(process::JarProcess),
+    /// DynamoDB Local's jar or moto, as a child process.
+    Process(ServerProcess),
     /// Held for its `Drop`, which removes the container.
     Container(#[allow(dead_code)] Box<docker::Container>),
     External,
@@ -180,6 +206,7 @@ impl DynamoLocal {
         match &options.mode {
             Mode::Endpoint(url) => Self::external(url, options.ready_timeout).await,
             Mode::Jar => Self::jar(options).await,
+            Mode::Moto => Self::moto(options).await,
             Mode::Container => Self::container(options).await,
             Mode::Auto => match docker::engine_reachable() {
                 Ok(()) => Self::container(options).await,
@@ -193,7 +220,7 @@ impl DynamoLocal {
 
     async fn jar(options: &Options) -> Result<Self, ProvisionError> {
         let dir = options.jar.resolve()?;
-        let proc = process::JarProcess::spawn(&options.java, &dir, options.port)?;
+        let proc = ServerProcess::spawn_jar(&options.java, &dir, options.port)?;
         let endpoint = proc.endpoint();
         eprintln!(
             "dynamodb-local: DynamoDB Local {DDB_LOCAL_VERSION} jar from {} (pid {}) at {endpoint}",
@@ -201,7 +228,33 @@ impl DynamoLocal {
             proc.pid()
         );
         let client = lease_table::local_client(&endpoint);
-        let mut backend = Backend::Jar(proc);
+        let mut backend = Backend::Process(proc);
+        wait_ready(&client, &endpoint, options.ready_timeout, &mut backend).await?;
+        Ok(DynamoLocal {
+            endpoint,
+            client,
+            backend,
+        })
+    }
+
+    async fn moto(options: &Options) -> Result<Self, ProvisionError> {
+        let source = options.moto.clone();
+        // Installing runs pip for half a minute: keep it off the async worker threads.
+        let python = tokio::task::spawn_blocking(move || source.resolve())
+            .await
+            .map_err(|e| ProvisionError::MotoUnavailable {
+                reason: format!("the install task failed: {e}"),
+                cache: options.moto.cache.display().to_string(),
+            })??;
+        let proc = ServerProcess::spawn_moto(&python, options.port, options.ready_timeout)?;
+        let endpoint = proc.endpoint();
+        eprintln!(
+            "dynamodb-local: moto {MOTO_VERSION} ({MOTO_LICENSE}) from {} (pid {}) at {endpoint}",
+            python.display(),
+            proc.pid()
+        );
+        let client = lease_table::local_client(&endpoint);
+        let mut backend = Backend::Process(proc);
         wait_ready(&client, &endpoint, options.ready_timeout, &mut backend).await?;
         Ok(DynamoLocal {
             endpoint,
@@ -263,19 +316,30 @@ impl DynamoLocal {
         self.client.clone()
     }
 
-    /// What backs the endpoint: `"jar"`, `"container"` or `"endpoint"`.
+    /// What backs the endpoint: `"jar"`, `"moto"`, `"container"` or `"endpoint"`.
     pub fn kind(&self) -> &'static str {
-        match self.backend {
-            Backend::Jar(_) => "jar",
+        match &self.backend {
+            Backend::Process(p) if p.server() == Server::Moto => "moto",
+            Backend::Process(_) => "jar",
             Backend::Container(_) => "container",
             Backend::External => "endpoint",
         }
     }
 
-    /// The java process id when the jar backs the endpoint.
+    /// The server, its version and licence, for reports: e.g. `moto 5.2.5 (Apache-2.0)`.
+    pub fn describe(&self) -> String {
+        match self.kind() {
+            "moto" => format!("moto {MOTO_VERSION} ({MOTO_LICENSE})"),
+            "jar" => format!("DynamoDB Local {DDB_LOCAL_VERSION} jar (AWS licence)"),
+            "container" => "DynamoDB Local container (AWS licence)".to_string(),
+            _ => format!("existing endpoint {}", self.endpoint),
+        }
+    }
+
+    /// The server's process id when this guard started a process (jar or moto).
     pub fn pid(&self) -> Option<u32> {
         match &self.backend {
-            Backend::Jar(p) => Some(p.pid()),
+            Backend::Process(p) => Some(p.pid()),
             _ => None,
         }
     }
@@ -302,7 +366,7 @@ impl DynamoLocal {
 
 impl Drop for DynamoLocal {
     fn drop(&mut self) {
-        if let Backend::Jar(proc) = &mut self.backend {
+        if let Backend::Process(proc) = &mut self.backend {
             proc.kill();
         }
         // A container is removed by its own guard's drop.
@@ -349,9 +413,10 @@ async fn wait_ready(
             Ok(Err(e)) => lease_table::error_text(&e),
             Err(_) => "ListTables timed out after 5s".to_string(),
         };
-        if let Backend::Jar(proc) = backend {
+        if let Backend::Process(proc) = backend {
             if let Some(status) = proc.exited() {
                 return Err(ProvisionError::ExitedEarly {
+                    server: proc.server(),
                     pid: proc.pid(),
                     status,
                     log: proc.log_path().display().to_string(),
@@ -365,11 +430,17 @@ async fn wait_ready(
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_millis(500));
     };
-    let (log, tail) = match backend {
-        Backend::Jar(proc) => (proc.log_path().display().to_string(), proc.log_tail(20)),
-        _ => ("(none)".to_string(), String::new()),
+    let (server, log, tail) = match backend {
+        Backend::Process(proc) => (
+            proc.server(),
+            proc.log_path().display().to_string(),
+            proc.log_tail(20),
+        ),
+        Backend::Container(_) => (Server::Jar, "(none)".to_string(), String::new()),
+        Backend::External => (Server::External, "(none)".to_string(), String::new()),
     };
     Err(ProvisionError::NotReady {
+        server,
         endpoint: endpoint.to_string(),
         waited: timeout,
         last_error,
@@ -384,7 +455,13 @@ mod tests {
 
     #[test]
     fn modes_parse_and_print() {
-        for text in ["auto", "container", "jar", "endpoint=http://127.0.0.1:8000"] {
+        for text in [
+            "auto",
+            "container",
+            "jar",
+            "moto",
+            "endpoint=http://127.0.0.1:8000",
+        ] {
             assert_eq!(text.parse::<Mode>().unwrap().to_string(), text);
         }
         assert_eq!(

@@ -5,6 +5,7 @@
 //! [`report_json`]. The analysis reads only the recorded history, never live state.
 
 pub mod analysis;
+pub mod batch;
 pub mod bench;
 pub mod campaign;
 pub mod chart_kit;

@@ -97,7 +97,7 @@ pub async fn run(
     } else {
         crate::report::Progress::stderr(&scenario.name, expected_ms)
     };
-    progress.set_phase("provisioning DynamoDB Local");
+    progress.set_phase("provisioning DynamoDB");
     let workers_dir = options.out.join("workers");
     std::fs::create_dir_all(&workers_dir)
         .map_err(|e| RunError::Invalid(format!("cannot create {}: {e}", workers_dir.display())))?;
@@ -107,7 +107,11 @@ pub async fn run(
     };
     let ddb = dynamodb_local::DynamoLocal::start(&ddb_options)
         .await
-        .map_err(|e| RunError::Invalid(format!("DynamoDB Local: {e}")))?;
+        .map_err(|e| RunError::Invalid(format!("DynamoDB ({}): {e}", options.dynamodb)))?;
+    let versions = Versions {
+        dynamodb: Some(ddb.describe()),
+        ..versions
+    };
     let history_path = options.out.join("history.jsonl");
     let writer =
         HistoryWriter::create(&history_path).map_err(|e| RunError::Invalid(e.to_string()))?;

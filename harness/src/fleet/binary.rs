@@ -48,6 +48,7 @@ pub async fn versions(worker_bin: &Path) -> Versions {
         harness: HARNESS_VERSION.to_string(),
         worker,
         worker_error,
+        dynamodb: None,
     }
 }
 

@@ -79,6 +79,10 @@ pub struct Versions {
     pub worker: Option<String>,
     /// Why `WORKER-BIN --version` failed, when it did.
     pub worker_error: Option<String>,
+    /// The DynamoDB backend, its version and licence (`moto 5.2.5 (Apache-2.0)`); null in
+    /// histories written before it was recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dynamodb: Option<String>,
 }
 
 /// A phase boundary: `warmup_done`, `faults_done`, `production_stopped`, `settled`,
@@ -343,6 +347,7 @@ mod tests {
                 harness: "0.1.0".into(),
                 worker: None,
                 worker_error: Some("`w --version` failed (exit status: 2)".into()),
+                dynamodb: None,
             },
             scenario_text: "name = \"s\"\n# <b>&</b>\n".into(),
             ..RunStart::default()

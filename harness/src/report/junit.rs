@@ -12,6 +12,15 @@ use crate::report_json::Report;
 
 /// Renders the XML document.
 pub fn render(report: &Report) -> anyhow::Result<String> {
+    let mut junit = quick_junit::Report::new("harness");
+    junit.add_test_suite(suite(report));
+    junit
+        .to_string()
+        .map_err(|e| anyhow::anyhow!("cannot write junit.xml: {e}"))
+}
+
+/// The run's test suite: what `junit.xml` holds, and one suite of a batch's summary.
+pub fn suite(report: &Report) -> TestSuite {
     let classname = format!("harness.{}", report.scenario);
     let mut suite = TestSuite::new(report.scenario.clone());
     suite.set_time(Duration::from_millis(report.harness.wall_ms));
@@ -92,12 +101,7 @@ pub fn render(report: &Report) -> anyhow::Result<String> {
         case.add_property(Property::new("threshold", format!("{} {threshold}", e.op)));
         suite.add_test_case(case);
     }
-
-    let mut junit = quick_junit::Report::new("harness");
-    junit.add_test_suite(suite);
-    junit
-        .to_string()
-        .map_err(|e| anyhow::anyhow!("cannot write junit.xml: {e}"))
+    suite
 }
 
 /// For the worker-crash check: each crashed worker, how it ended and its log's last lines.

@@ -34,7 +34,11 @@ pub fn versions_line(report: &Report) -> Option<String> {
         (None, Some(error)) => format!("worker version unknown: {error}"),
         (None, None) => "worker version unknown".to_string(),
     };
-    Some(format!("harness {} · {worker}", v.harness))
+    let dynamodb = v
+        .dynamodb
+        .as_ref()
+        .map_or(String::new(), |d| format!(" · DynamoDB {d}"));
+    Some(format!("harness {} · {worker}{dynamodb}", v.harness))
 }
 
 /// Escapes what would break a table cell or start markup: `|`, backslashes, newlines, and a

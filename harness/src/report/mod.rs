@@ -23,6 +23,7 @@ use crate::history::{self, Record};
 use crate::report_json::Report;
 
 pub use html::{escape as html_escape, STYLE as HTML_STYLE};
+pub use junit::suite as junit_suite;
 pub use markdown::verdict_line;
 pub use progress::{phase_label, Counters, LogWriter, Progress, PLAIN_INTERVAL};
 pub use tables::{Cell, Table};

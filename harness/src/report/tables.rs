@@ -546,6 +546,14 @@ fn harness(report: &Report) -> Table {
                 },
             ),
             plain(
+                "DynamoDB backend",
+                report
+                    .versions
+                    .dynamodb
+                    .clone()
+                    .unwrap_or_else(|| "not recorded".to_string()),
+            ),
+            plain(
                 "fencing sink",
                 if c.fencing { "on" } else { "off" }.to_string(),
             ),

@@ -26,6 +26,7 @@ pub fn versions() -> Versions {
         harness: "0.1.0-test".into(),
         worker: Some("lease-worker 0.1.0-test".into()),
         worker_error: None,
+        dynamodb: None,
     }
 }
 pub const SKEW_MS: u64 = 200;
