@@ -252,9 +252,18 @@ async fn a_worker_behind_its_proxy_sees_real_throttles_and_partition_timeouts() 
             direction: Direction::Both,
         }),
     );
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // A worker that lost its leases under the throttle above has no renewal in flight: its next
+    // DynamoDB call may be a scan or acquire up to a scan interval away, and those give up after
+    // 5 s. Wait for the first timeout rather than a fixed time.
+    let mut timeouts = timeouts_before;
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        timeouts = outcome_count(metrics, "timeout").await;
+        if timeouts > timeouts_before {
+            break;
+        }
+    }
     proxy.heal(1);
-    let timeouts = outcome_count(metrics, "timeout").await;
     assert!(
         timeouts > timeouts_before,
         "a partitioned worker's DynamoDB calls must time out"
