@@ -215,7 +215,8 @@ fn a_batched_rolling_deploy_keeps_half_healthy_and_loses_nothing() {
         "only {fewest_healthy} healthy workers at one point"
     );
 
-    // At the end the new set owns every stream.
+    // The final state is read after the fleet drained: a stream is released (no owner) or held
+    // by the new set, never by an old worker.
     let new: BTreeSet<String> = (WORKERS + 1..=2 * WORKERS).map(worker).collect();
     let finals: Vec<&Value> = lines
         .iter()
@@ -225,7 +226,7 @@ fn a_batched_rolling_deploy_keeps_half_healthy_and_loses_nothing() {
     for f in &finals {
         let owner = f["owner_id"].as_str().unwrap_or("(none)");
         assert!(
-            new.contains(owner),
+            owner == "(none)" || new.contains(owner),
             "{} ends owned by {owner}",
             f["stream_id"]
         );
