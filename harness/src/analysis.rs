@@ -70,6 +70,8 @@ struct StreamState {
     owner: Option<(String, u64)>,
     last_seq: Option<u64>,
     checkpoint: Option<u64>,
+    /// Ranges the upstream lost (its gap fault, first ..= last): never deliverable.
+    lost: Vec<(u64, u64)>,
 }
 
 impl StreamState {
@@ -93,6 +95,13 @@ impl StreamState {
             seq += 1;
         }
         seq - 1
+    }
+
+    /// Whether `seq` is inside a range the upstream lost.
+    fn lost(&self, seq: u64) -> bool {
+        self.lost
+            .iter()
+            .any(|(first, last)| (*first..=*last).contains(&seq))
     }
 }
 
@@ -154,6 +163,9 @@ impl Analyser {
             Record::Action(action) => {
                 if ENDING_ACTIONS.contains(&action.action.as_str()) {
                     self.ended.insert(action.target.clone());
+                }
+                if let Some((stream, range)) = lost_range(&action) {
+                    self.stream(&stream).lost.push(range);
                 }
                 let index = action
                     .streams
@@ -391,6 +403,9 @@ impl Analyser {
         for id in ids {
             let state = &self.streams[id];
             let high_water = state.high_water();
+            // What the stream has caught up to when the upstream's lost events never come.
+            let caught_up =
+                crate::sink::high_water_past(high_water, |seq| state.has(seq), &state.lost);
             if let Some(last) = state.last_seq {
                 totals.events_produced += last;
                 let mut seq = high_water + 1;
@@ -404,6 +419,7 @@ impl Analyser {
                         seq += 1;
                     }
                     totals.gaps += seq - from;
+                    totals.upstream_lost += (from..seq).filter(|q| state.lost(*q)).count() as u64;
                     if self.report.gap_ranges.len() < MAX_GAP_RANGES {
                         self.report.gap_ranges.push(GapRange {
                             stream_id: id.clone(),
@@ -414,20 +430,33 @@ impl Analyser {
                 }
             }
             if let Some(checkpoint) = state.checkpoint {
-                if checkpoint > high_water {
+                if checkpoint > caught_up {
                     totals.checkpoint_ahead += 1;
                     self.report.checkpoint_ahead_streams.push(CheckpointAhead {
                         stream_id: id.clone(),
                         checkpoint,
-                        accepted_high_water: high_water,
+                        accepted_high_water: caught_up,
                     });
                 }
             }
         }
+        totals.gaps_unexplained = totals.gaps - totals.upstream_lost;
         totals.takeover_ms = percentiles(&self.takeover_ms);
         totals.lease_remaining_ms = percentiles(&self.lease_remaining_ms);
         self.report
     }
+}
+
+/// The stream and range (first ..= last) an `upstream_gap` action lost, from its detail.
+fn lost_range(action: &Action) -> Option<(String, (u64, u64))> {
+    if action.action != "upstream_gap" {
+        return None;
+    }
+    let detail = action.detail.as_ref()?;
+    let stream = detail.get("stream_id")?.as_str()?.to_string();
+    let first = detail.get("lost_from")?.as_u64()?;
+    let last = detail.get("lost_to")?.as_u64()?;
+    Some((stream, (first, last)))
 }
 
 /// p50 / p99 / max of `samples` (hdrhistogram, 3 significant digits); nulls when empty.

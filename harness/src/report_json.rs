@@ -101,6 +101,13 @@ pub struct Totals {
     pub events_accepted: u64,
     /// Sequences in `1..=last_seq` never accepted, over all streams.
     pub gaps: u64,
+    /// Of the gaps, those inside a range the upstream itself lost (its `upstream_gap` fault:
+    /// retention gone, the consumer told): no worker could have delivered them.
+    #[serde(default)]
+    pub upstream_lost: u64,
+    /// `gaps - upstream_lost`: sequences lost on the worker's side.
+    #[serde(default)]
+    pub gaps_unexplained: u64,
     /// Receipts with outcome `duplicate`.
     pub duplicates: u64,
     /// Receipts with outcome `fenced`.

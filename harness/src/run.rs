@@ -333,7 +333,7 @@ impl Env<'_> {
         let last_seqs = upstream.last_seqs();
         self.phase("production_stopped", None);
         if warm.is_ok() {
-            match self.settle(sink, &last_seqs).await {
+            match self.settle(sink, &last_seqs, &upstream.lost_ranges()).await {
                 Ok(()) => self.phase("settled", None),
                 Err(e) => {
                     self.phase("settle_timeout", Some(e.clone()));
@@ -496,20 +496,27 @@ impl Env<'_> {
         }
     }
 
-    /// Waits until the sink's accepted high-water reaches the last sequence of every stream.
-    async fn settle(&self, sink: &Sink, last_seqs: &BTreeMap<String, u64>) -> Result<(), String> {
+    /// Waits until the sink's accepted high-water reaches the last sequence of every stream
+    /// (the events an upstream gap fault lost, `lost`, never come: they count as reached).
+    async fn settle(
+        &self,
+        sink: &Sink,
+        last_seqs: &BTreeMap<String, u64>,
+        lost: &BTreeMap<String, Vec<(u64, u64)>>,
+    ) -> Result<(), String> {
+        let mark = |id: &str| sink.high_water_past(id, lost.get(id).map_or(&[][..], Vec::as_slice));
         let limit = Duration::from_millis(self.scenario.run.settle_timeout_ms);
         let deadline = Instant::now() + limit;
         let mut behind: HashSet<&String> = last_seqs.keys().collect();
         loop {
-            behind.retain(|id| sink.high_water(id) < last_seqs[*id]);
+            behind.retain(|id| mark(id) < last_seqs[*id]);
             if behind.is_empty() {
                 return Ok(());
             }
             if Instant::now() >= deadline {
                 let mut sample: Vec<String> = behind
                     .iter()
-                    .map(|id| format!("{id} at {} of {}", sink.high_water(id), last_seqs[*id]))
+                    .map(|id| format!("{id} at {} of {}", mark(id), last_seqs[*id]))
                     .collect();
                 sample.sort();
                 sample.truncate(5);

@@ -69,6 +69,21 @@ impl StreamState {
     }
 }
 
+/// From a contiguous `high_water`, the highest `h` such that every seq in `1..=h` is delivered
+/// (`has`) or inside one of the `lost` ranges (first ..= last).
+pub fn high_water_past(mut high_water: u64, has: impl Fn(u64) -> bool, lost: &[(u64, u64)]) -> u64 {
+    while let Some(&(_, last)) = lost
+        .iter()
+        .find(|(first, last)| *first <= high_water + 1 && high_water < *last)
+    {
+        high_water = last;
+        while has(high_water + 1) {
+            high_water += 1;
+        }
+    }
+    high_water
+}
+
 struct Shared {
     shards: Vec<Mutex<HashMap<String, StreamState>>>,
     hasher: RandomState,
@@ -161,6 +176,16 @@ impl Sink {
     pub fn high_water(&self, stream: &str) -> u64 {
         let shard = self.shared.shard(stream);
         shard.get(stream).map_or(0, |s| s.high_water)
+    }
+
+    /// The high-water mark of `stream` counting the upstream's `lost` ranges (first ..= last)
+    /// as delivered: what the stream has caught up to when those events can never come.
+    pub fn high_water_past(&self, stream: &str, lost: &[(u64, u64)]) -> u64 {
+        let shard = self.shared.shard(stream);
+        match shard.get(stream) {
+            Some(s) => high_water_past(s.high_water, |seq| s.has(seq), lost),
+            None => high_water_past(0, |_| false, lost),
+        }
     }
 
     /// Streams that have at least one accepted event.

@@ -115,6 +115,44 @@ fn a_zombie_against_an_unfenced_sink_fails_on_stale_accepted() {
     assert!(report["totals"]["superseded_accepted"].as_u64().unwrap() > 0);
 }
 
+#[test]
+fn the_stuck_upstream_schedule_is_upstream_half_open_with_the_idle_deadline_off() {
+    let shipped = Scenario::load(&scenarios().join("upstream-half-open.toml")).unwrap();
+    let stuck = Scenario::load(&scenarios().join("negative/stuck-upstream.toml")).unwrap();
+    assert_eq!(stuck.lease, shipped.lease);
+    assert_eq!(stuck.upstream, shipped.upstream);
+    assert_eq!(stuck.run, shipped.run);
+    assert_eq!(stuck.faults.len(), shipped.faults.len());
+    for (a, b) in stuck.faults.iter().zip(&shipped.faults) {
+        assert_eq!((a.at_ms, &a.action), (b.at_ms, &b.action));
+    }
+    assert_eq!(stuck.expectations, shipped.expectations);
+    assert_eq!(
+        stuck.fleet.env.get("UPSTREAM_IDLE_MS").map(String::as_str),
+        Some("0")
+    );
+    assert!(
+        shipped.fleet.env.is_empty(),
+        "the shipped run keeps the default deadline"
+    );
+}
+
+/// A stream stuck under a healthy lease (its owner renews, publishes nothing, logs nothing)
+/// fails the run on its stall, not only on what the settle finds missing.
+#[test]
+fn a_stream_stuck_under_a_healthy_lease_fails_on_max_stall() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = scenarios().join("negative/stuck-upstream.toml");
+    let (output, out) = run_file(dir.path(), &scenario, &worker_bin());
+    assert_exit(&output, 1);
+    let report = read_report(&out);
+    let failed = failed_on(&report, "totals.max_stall_ms");
+    assert!(failed["actual"].as_f64().unwrap() > 9000.0, "{failed}");
+    // Nothing stale or late: the only finding is the stall (and what it left undelivered).
+    assert_eq!(report["totals"]["stale_accepted"], 0);
+    assert_eq!(report["totals"]["late_writes"], 0);
+}
+
 const CRASH_SCENARIO: &str = r#"
 name = "worker-crash"
 description = "NEGATIVE CONTROL: worker-2 dies on its own; the run must fail."

@@ -65,6 +65,8 @@ pub(crate) struct Stream {
     drops: watch::Sender<u64>,
     /// Open WebSocket connections on this stream.
     pub connections: AtomicUsize,
+    /// Ranges lost by the gap fault (first ..= last), oldest first.
+    lost: Mutex<Vec<(u64, u64)>>,
 }
 
 impl Stream {
@@ -81,7 +83,14 @@ impl Stream {
             head: watch::Sender::new(0),
             drops: watch::Sender::new(0),
             connections: AtomicUsize::new(0),
+            lost: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The ranges the gap fault lost (first ..= last), oldest first: events no consumer could
+    /// ever read, so a checker does not owe them.
+    pub fn lost_ranges(&self) -> Vec<(u64, u64)> {
+        self.lost.lock().expect("lost lock").clone()
     }
 
     /// The last produced sequence number (0 before the first event).
@@ -179,6 +188,7 @@ impl Stream {
             (first, ring.head)
         };
         self.head.send_replace(head);
+        self.lost.lock().expect("lost lock").push((first, head));
         (first, head)
     }
 

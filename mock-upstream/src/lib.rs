@@ -117,6 +117,12 @@ impl UpstreamHandle {
         self.shared.last_seqs()
     }
 
+    /// Per stream with any, the ranges lost by the gap fault (first ..= last): the consumer
+    /// was told of them and can never read them.
+    pub fn lost_ranges(&self) -> BTreeMap<String, Vec<(u64, u64)>> {
+        self.shared.lost_ranges()
+    }
+
     /// Last produced sequence of one stream, or `None` for an unknown stream.
     pub fn last_seq(&self, stream_id: &str) -> Option<u64> {
         self.shared.feed.stream(stream_id).map(|s| s.last_seq())

@@ -25,6 +25,16 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Per stream with any, the ranges the gap fault lost (first ..= last).
+    pub fn lost_ranges(&self) -> BTreeMap<String, Vec<(u64, u64)>> {
+        self.feed
+            .streams
+            .iter()
+            .map(|s| (s.id.to_string(), s.lost_ranges()))
+            .filter(|(_, ranges)| !ranges.is_empty())
+            .collect()
+    }
+
     pub fn last_seqs(&self) -> BTreeMap<String, u64> {
         self.feed
             .streams

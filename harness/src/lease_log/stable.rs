@@ -14,6 +14,9 @@ pub struct Stability {
     owners: HashMap<String, (Option<String>, Option<u64>)>,
     /// Run time (ms) of the last scan that saw a change.
     changed_ms: u64,
+    /// Per stream: the `lease_expires_at` last seen, and the run time (ms) at which a scan first
+    /// saw it move (`None` until one did).
+    renewals: HashMap<String, (Option<i64>, Option<u64>)>,
 }
 
 /// Why the fleet is not settled yet.
@@ -53,9 +56,29 @@ impl Stability {
         if changed {
             self.changed_ms = t_ms;
         }
+        for row in rows {
+            let expires = row.item.lease_expires_at;
+            let seen = self
+                .renewals
+                .entry(row.item.stream_id.clone())
+                .or_insert((expires, None));
+            if seen.0 != expires {
+                *seen = (expires, Some(t_ms));
+            }
+        }
+        // Held: an owner whose lease the table's clock calls unexpired, or whose expiry this
+        // harness saw move within the last lease on its own clock. A worker whose wall clock runs
+        // behind writes expiries already past on everyone else's: its renewals still show it
+        // alive, as they do to a skew-tolerant worker (issue #17).
+        let renewed = |row: &Row| {
+            self.renewals
+                .get(&row.item.stream_id)
+                .and_then(|(_, at)| *at)
+                .is_some_and(|at| t_ms.saturating_sub(at) < lease_ms)
+        };
         let unowned: Vec<String> = rows
             .iter()
-            .filter(|r| !r.item.is_held_at(wall_ms))
+            .filter(|r| !(r.item.is_held_at(wall_ms) || r.item.owner_id.is_some() && renewed(r)))
             .map(|r| r.item.stream_id.clone())
             .collect();
         if !unowned.is_empty() {
@@ -133,6 +156,41 @@ mod tests {
         assert!(matches!(
             s.observe(&old, 8_000, 10_001, 3_000, 3_000),
             Err(Unsettled::Unowned(ids)) if ids.len() == 2
+        ));
+    }
+
+    /// A worker whose clock runs 4 s behind writes expiries that are past on the table's clock
+    /// the moment they land: it holds its streams as long as it keeps renewing them.
+    #[test]
+    fn a_lease_renewed_by_a_skewed_clock_is_held_while_it_moves() {
+        let at = |expires: i64| {
+            let mut r = row("a", "w2", 1, None);
+            r.item.lease_expires_at = Some(expires);
+            r
+        };
+        let mut s = Stability::default();
+        // First sight of an expired-looking lease: unknown, so not held.
+        assert!(matches!(
+            s.observe(&[at(9_000)], 0, 10_000, 3_000, 3_000),
+            Err(Unsettled::Unowned(_))
+        ));
+        // Renewed (its expiry moved) but still in the past on the table's clock: held.
+        assert!(matches!(
+            s.observe(&[at(10_000)], 1_000, 11_000, 3_000, 3_000),
+            Err(Unsettled::Recent { .. })
+        ));
+        assert_eq!(
+            s.observe(&[at(12_000)], 3_000, 13_000, 3_000, 3_000),
+            Ok(())
+        );
+        assert_eq!(
+            s.observe(&[at(12_000)], 5_000, 15_000, 3_000, 3_000),
+            Ok(())
+        );
+        // No renewal for a whole lease: no owner.
+        assert!(matches!(
+            s.observe(&[at(12_000)], 6_000, 16_000, 3_000, 3_000),
+            Err(Unsettled::Unowned(_))
         ));
     }
 }

@@ -320,7 +320,8 @@ impl Supervision {
         let bids: Vec<Bid> = self
             .bids
             .iter()
-            .filter(|b| b.at >= fresh && b.bidder != me)
+            // This worker's own bids too: a stream released in answer to one is taken at once.
+            .filter(|b| b.at >= fresh)
             .cloned()
             .collect();
         self.forget_lapsed(now_ms);

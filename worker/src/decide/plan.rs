@@ -90,10 +90,15 @@ pub struct Plan {
 /// expired lease (a healthy owner never lets one lapse) and any owner in `leaving`: announced
 /// as draining by the fleet signal (it is about to release everything, so its streams belong to
 /// the remaining share), or remembered from an earlier view's `lapsed`; plus
-/// workers with a fresh bid (`bids`: the caller passes only fresh bids of other workers), plus
-/// `me`. Candidates are free items,
-/// expired ones, and items naming `me` that this process does not run. They are ordered by a
-/// hash of `(me, stream)` so that workers prefer different streams and contend less.
+/// workers with a fresh bid (`bids`: the caller passes only fresh bids, this worker's own
+/// included), plus `me`. Candidates are free items, expired ones, and items naming `me` that
+/// this process does not run. They are ordered by a hash of `(me, stream)` so that workers
+/// prefer different streams and contend less.
+///
+/// A stream released in answer to a bid (free, written within [`HERD_RECENT_MS`], with a bid
+/// older than the release) belongs to its bidder: the bidder takes it at once, the others leave
+/// it alone while the bidder is live. Otherwise the bidder stays as starved as before and bids
+/// again, and the fleet passes one stream around for ever.
 ///
 /// Balance: a worker above `target + 1` sheds its excess. A worker below the target with nothing
 /// to take bids on a stream of an owner holding at least two more than it; that owner hands the
@@ -118,6 +123,9 @@ pub fn plan(
     let mut contested: Vec<(&str, i64)> = Vec::new();
     let mut watch = Vec::new();
     let mut held_by: HashMap<&str, Vec<&str>> = HashMap::new();
+    // Streams released in answer to a bid: reserved for their bidder while recent.
+    let bid_on: HashMap<&str, &Bid> = bids.iter().map(|b| (b.stream_id.as_str(), b)).collect();
+    let mut reserved: Vec<(&str, &str, i64)> = Vec::new();
     for item in items {
         let id = item.stream_id.as_str();
         if owned.contains(id) {
@@ -126,7 +134,17 @@ pub fn plan(
         match (&item.owner_id, item.lease_expires_at) {
             // Released moments ago (a drain or a shed): the fleet looks at once; rank decides.
             (None, _) if item.updated_at.is_some_and(|t| t > now_ms - HERD_RECENT_MS) => {
-                contested.push((id, item.updated_at.unwrap_or(0)))
+                let released = item.updated_at.unwrap_or(0);
+                match bid_on.get(id) {
+                    // This worker asked for it: it is handed over to it, no herd.
+                    Some(bid) if bid.bidder == me && bid.at <= released => candidates.push(id),
+                    // Another worker asked for it and was answered: it is that worker's. Taking
+                    // it here would leave the bidder as starved as before, so it would bid
+                    // again and the fleet would pass one stream around for ever (found by the
+                    // fleet simulation: 29 streams, 4 workers resting at [7, 8, 8, 6]).
+                    Some(bid) if bid.at <= released => reserved.push((id, &bid.bidder, released)),
+                    _ => contested.push((id, released)),
+                }
             }
             (None, _) => candidates.push(id),
             (Some(owner), _) if owner == me => candidates.push(id),
@@ -157,6 +175,13 @@ pub fn plan(
     live.remove(me);
     let mut contenders: Vec<&str> = live.iter().copied().collect();
     contenders.sort_unstable();
+    // A reserved stream whose bidder is no longer live (it died or drains since it bid) is
+    // contended like any other release.
+    for (id, bidder, released) in reserved {
+        if !live.contains(bidder) {
+            contested.push((id, released));
+        }
+    }
     for (id, base) in contested {
         if now_ms >= base + herd_delay_ms(herd_position(me, &contenders, id)) {
             candidates.push(id);

@@ -323,15 +323,11 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
     /// Workers started at random moments own every stream, settle within one of each other, and
-    /// then stop moving streams.
-    ///
-    /// Ignored: it finds a real defect of the supervisor core, not yet fixed — with 29 streams
-    /// and workers started at 451 / 1151 / 2151 / 2551 ms (the seed saved in
-    /// `proptest-regressions/decide/sim_tests.txt`) the fleet rests at [7, 8, 8, 6] and one
-    /// stream changes hands every ~1.5 s for ever (bid/shed ping-pong). Run it with
-    /// `cargo test -p lease-worker --lib fleet_settles -- --ignored` while fixing the bid rule.
+    /// then stop moving streams. (Its saved seed — 29 streams, workers started at 451 / 1151 /
+    /// 2151 / 2551 ms — found the bid/shed ping-pong: a stream handed over to a bidder was taken
+    /// by a third worker, so the bidder bid again for ever. A released stream now goes to its
+    /// bidder; see `plan::plan`.)
     #[test]
-    #[ignore = "finds the open bid/shed ping-pong defect (seed saved); see its doc comment"]
     fn fleet_settles_without_oscillation(
         streams in 0usize..48,
         starts in prop::collection::vec(0i64..4000, 1..6),

@@ -376,6 +376,68 @@ fn a_bid_from_a_worker_two_below_is_answered_and_only_then() {
     assert!(close.shed.is_empty(), "{close:?}");
 }
 
+/// A stream released in answer to a bid belongs to its bidder: a third worker with room leaves
+/// it alone (else the bidder stays starved, bids again, and one stream circles the fleet), and
+/// the bidder takes it at once, ahead of the herd order.
+#[test]
+fn a_stream_handed_over_for_a_bid_goes_to_the_bidder() {
+    let now = 10_000;
+    // Released by a moments ago (updated_at = now - 100), after b bid on it (at = now - 500).
+    let mut released = item("x", None, None);
+    released.updated_at = Some(now - 100);
+    let mut items = vec![released];
+    items.extend((0..3).map(|i| item(&format!("b{i}"), Some("b"), Some(now + 9_000))));
+    items.extend((0..3).map(|i| item(&format!("c{i}"), Some("c"), Some(now + 9_000))));
+    let fresh_bid = Bid {
+        at: now - 500,
+        ..bid("x", "b")
+    };
+    let run = |me: &str, bids: &[Bid]| {
+        let owned: HashSet<String> = items
+            .iter()
+            .filter(|i| i.owner_id.as_deref() == Some(me))
+            .map(|i| i.stream_id.clone())
+            .collect();
+        plan(
+            &items,
+            bids,
+            &HashSet::new(),
+            me,
+            &owned,
+            &Unchanged::new(),
+            now,
+            limits(usize::MAX),
+        )
+    };
+    // "me" holds nothing: it would take the free stream, but it is b's.
+    let third = run("me", std::slice::from_ref(&fresh_bid));
+    assert!(!third.acquire.contains(&"x".to_string()), "{third:?}");
+    // b, the bidder, takes it now.
+    let bidder = run("b", std::slice::from_ref(&fresh_bid));
+    assert_eq!(bidder.acquire, ["x"]);
+    // With no bid on it, the release is contended by herd rank as usual (me comes early enough).
+    assert!(run("me", &[]).acquire.contains(&"x".to_string()));
+    // A bid placed after the release was not answered by it: no reservation.
+    let later = Bid {
+        at: now - 50,
+        ..bid("x", "b")
+    };
+    assert!(run("me", &[later]).acquire.contains(&"x".to_string()));
+    // A bidder that left (draining) reserves nothing.
+    let leaving: HashSet<String> = ["b".to_string()].into();
+    let p = plan(
+        &items,
+        &[fresh_bid],
+        &leaving,
+        "me",
+        &HashSet::new(),
+        &Unchanged::new(),
+        now,
+        limits(usize::MAX),
+    );
+    assert!(p.acquire.contains(&"x".to_string()), "{p:?}");
+}
+
 #[test]
 fn a_worker_bids_only_on_an_owner_two_above_it() {
     let now = 0;
