@@ -100,10 +100,61 @@ pub async fn acquire_seen(
     skew_ms: i64,
     seen: Option<&Seen>,
 ) -> Result<Outcome<LeaseItem>, OpError> {
+    acquire_when(
+        client,
+        table,
+        stream_id,
+        owner_id,
+        lease_ms,
+        now_ms,
+        Some(skew_ms),
+        seen,
+    )
+    .await
+}
+
+/// Acquire on observation alone, never on a wall clock: allowed when the item is free, already
+/// ours, or still exactly as `seen`. Narrower than the design's condition (every write it lets
+/// through, the design's would too, given the caller judged `seen` expired): the expiry clause
+/// compares another worker's wall clock with this one's, so a worker whose clock runs behind
+/// writes leases that look expired the moment they land and any worker may take them — a
+/// zombie by skew. `lease-worker` acquires this way; it judges expiry itself, skew-tolerantly
+/// (an item unchanged for long enough on its own monotonic clock), and the compare-and-swap on
+/// `seen` makes that judgement safe.
+pub async fn acquire_observed(
+    client: &Client,
+    table: &str,
+    stream_id: &str,
+    owner_id: &str,
+    lease_ms: i64,
+    now_ms: i64,
+    seen: Option<&Seen>,
+) -> Result<Outcome<LeaseItem>, OpError> {
+    acquire_when(
+        client, table, stream_id, owner_id, lease_ms, now_ms, None, seen,
+    )
+    .await
+}
+
+/// The acquire write: allowed when free, ours, exactly as `seen` (when given) or, with
+/// `skew_ms`, expired before `now_ms - skew_ms` on the caller's clock.
+#[allow(clippy::too_many_arguments)]
+async fn acquire_when(
+    client: &Client,
+    table: &str,
+    stream_id: &str,
+    owner_id: &str,
+    lease_ms: i64,
+    now_ms: i64,
+    skew_ms: Option<i64>,
+    seen: Option<&Seen>,
+) -> Result<Outcome<LeaseItem>, OpError> {
     let mut condition = String::from(
-        "attribute_exists(stream_id) AND (attribute_not_exists(owner_id) \
-         OR lease_expires_at < :cutoff OR owner_id = :me",
+        "attribute_exists(stream_id) AND (attribute_not_exists(owner_id) OR owner_id = :me",
     );
+    if skew_ms.is_some() {
+        condition.push_str(" OR lease_expires_at < :cutoff");
+    }
     if seen.is_some() {
         condition.push_str(
             " OR (owner_id = :seen_owner AND fence_token = :seen_fence \
@@ -125,9 +176,11 @@ pub async fn acquire_seen(
         .expression_attribute_values(":zero", n(0))
         .expression_attribute_values(":one", n(1))
         .expression_attribute_values(":now", n(now_ms))
-        .expression_attribute_values(":cutoff", n(now_ms - skew_ms))
         .return_values(ReturnValue::AllNew)
         .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+    if let Some(skew_ms) = skew_ms {
+        request = request.expression_attribute_values(":cutoff", n(now_ms - skew_ms));
+    }
     if let Some(seen) = seen {
         request = request
             .expression_attribute_values(":seen_owner", s(&seen.owner_id))

@@ -306,7 +306,6 @@ impl Supervisor {
             return false;
         }
         let lease = self.config.lease;
-        let skew = self.config.skew_margin;
         // Each stream starts as soon as its own acquire is answered, not when the slowest of
         // the round is.
         let mut pending: FuturesUnordered<_> = streams
@@ -317,7 +316,7 @@ impl Supervisor {
                 async move {
                     let started = (Instant::now(), lease_table::now_ms());
                     let result = table
-                        .acquire(&stream_id, lease, skew, seen.as_ref(), ACQUIRE_TIMEOUT)
+                        .acquire(&stream_id, lease, seen.as_ref(), ACQUIRE_TIMEOUT)
                         .await;
                     (stream_id, started, result)
                 }

@@ -136,25 +136,25 @@ impl LeaseTable {
         result
     }
 
-    /// Acquire (design §2) with a lease of `lease` from now; also allowed on an item still
-    /// exactly as `seen` (skew-tolerant expiry, see [`ops::acquire_seen`]).
+    /// Acquire with a lease of `lease` from now, on observation alone: the item free, ours, or
+    /// still exactly as `seen` (the supervisor judged that lease dead, skew-tolerantly). Never
+    /// on the design's wall-clock expiry clause, which lets a worker take a lease written by a
+    /// clock running behind the moment it lands (see [`ops::acquire_observed`]).
     pub async fn acquire(
         &self,
         stream_id: &str,
         lease: Duration,
-        skew: Duration,
         seen: Option<&ops::Seen>,
         timeout: Duration,
     ) -> Result<Outcome<LeaseItem>, CallError> {
         let now = lease_table::now_ms();
-        let call = ops::acquire_seen(
+        let call = ops::acquire_observed(
             &self.client,
             &self.table,
             stream_id,
             &self.owner_id,
             lease.as_millis() as i64,
             now,
-            skew.as_millis() as i64,
             seen,
         );
         self.timed("acquire", timeout, call).await

@@ -311,3 +311,66 @@ async fn the_fleet_signal_counts_releases_tracks_draining_owners_and_is_never_a_
         4
     );
 }
+
+/// The worker's acquire (`acquire_observed`) never trusts wall-clock expiry: a lease written by
+/// a worker whose clock runs 4 s behind looks expired to everyone the moment it lands, and the
+/// design's condition lets any worker take it (a zombie by skew); the observed condition refuses
+/// unless the taker saw that exact lease unchanged (its own, skew-free judgement of death).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_observed_acquire_ignores_wall_clock_expiry_and_takes_only_what_it_saw() {
+    let _serial = SERIAL.lock().await;
+    let ddb = dynamo(&["s"]).await;
+    let c = ddb.client();
+    let real = 10_000_000;
+    // a's clock runs 4 s behind: its lease "expires" 1 s before the real now.
+    let behind = real - 4_000;
+    let Outcome::Done(a) = ops::acquire_observed(&c, TABLE, "s", "a", LEASE_MS, behind, None)
+        .await
+        .unwrap()
+    else {
+        panic!("a free item is acquired")
+    };
+    assert_eq!(a.lease_expires_at, Some(real - 1_000));
+
+    // The design's condition, on b's (correct) clock, would take it at once.
+    // The observed one, with nothing seen (b thought it free): refused, and told the holder.
+    match ops::acquire_observed(&c, TABLE, "s", "b", LEASE_MS, real, None)
+        .await
+        .unwrap()
+    {
+        Outcome::Refused { current: Some(cur) } => assert_eq!(cur.owner_id.as_deref(), Some("a")),
+        other => panic!("{other:?}"),
+    }
+    // A stale observation (a renewed since) is refused too.
+    let stale = ops::Seen {
+        owner_id: "a".into(),
+        fence_token: 1,
+        lease_expires_at: real - 2_000,
+    };
+    assert!(matches!(
+        ops::acquire_observed(&c, TABLE, "s", "b", LEASE_MS, real, Some(&stale))
+            .await
+            .unwrap(),
+        Outcome::Refused { .. }
+    ));
+    // The exact lease b saw unchanged for long enough: taken, fence bumped.
+    let seen = ops::Seen {
+        owner_id: "a".into(),
+        fence_token: 1,
+        lease_expires_at: real - 1_000,
+    };
+    let Outcome::Done(b) = ops::acquire_observed(&c, TABLE, "s", "b", LEASE_MS, real, Some(&seen))
+        .await
+        .unwrap()
+    else {
+        panic!("the item was exactly as seen")
+    };
+    assert_eq!((b.owner_id.as_deref(), b.fence_token), (Some("b"), Some(2)));
+    // Its own item (a restart under the same id) is always re-acquirable.
+    assert!(matches!(
+        ops::acquire_observed(&c, TABLE, "s", "b", LEASE_MS, real + 10, None)
+            .await
+            .unwrap(),
+        Outcome::Done(_)
+    ));
+}

@@ -91,7 +91,8 @@ impl Sim {
         self.t0 + Duration::from_millis(self.now as u64)
     }
 
-    /// The design's acquire condition, applied to the in-memory table.
+    /// The worker's acquire condition (`ops::acquire_observed`: free, ours, or exactly as
+    /// seen; never on wall-clock expiry), applied to the in-memory table.
     fn acquire(&mut self, attempt: &Attempt, me: &str) -> Result<LeaseItem, LeaseItem> {
         let stream = attempt.stream_id.as_str();
         let now = self.ms();
@@ -105,10 +106,7 @@ impl Sim {
                 && item.fence_token == Some(s.fence_token)
                 && item.lease_expires_at == Some(s.lease_expires_at)
         });
-        let free = item.owner_id.is_none()
-            || item.owner_id.as_deref() == Some(me)
-            || item.lease_expires_at.is_some_and(|t| t < now - SKEW_MS)
-            || unchanged;
+        let free = item.owner_id.is_none() || item.owner_id.as_deref() == Some(me) || unchanged;
         if !free {
             return Err(item.clone());
         }
