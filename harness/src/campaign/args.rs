@@ -183,6 +183,8 @@ impl CampaignArgs {
             bounds: DrawBounds {
                 window_ms,
                 stop_timeout_ms: ms("stop-timeout-seconds", self.stop_timeout_seconds)?,
+                streams: self.streams,
+                lease_ms,
             },
             lease_ms,
             renew_ms,

@@ -10,6 +10,8 @@ use rand_chacha::ChaCha8Rng;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Field {
     Seconds(f64),
+    /// A plain number that is not a time (a fraction).
+    Float(f64),
     Int(i64),
     Str(String),
 }
@@ -22,6 +24,7 @@ impl Field {
                 let v = toml::Value::Float(*s);
                 v.to_string()
             }
+            Field::Float(f) => toml::Value::Float(*f).to_string(),
             Field::Int(i) => i.to_string(),
             Field::Str(s) => toml::Value::String(s.clone()).to_string(),
         }
@@ -57,6 +60,10 @@ pub struct DrawBounds {
     pub window_ms: (u64, u64),
     /// `stop_timeout_seconds` of terminate and rolling_deploy, in ms.
     pub stop_timeout_ms: u64,
+    /// Streams of the run (`s-0001` …), for the faults that name one.
+    pub streams: usize,
+    /// The lease, ms: a late-applied write is held up to this long.
+    pub lease_ms: u64,
 }
 
 /// What a kind drew: its own fields and how long it occupies its target (or the fleet).
@@ -151,7 +158,183 @@ pub static KINDS: &[FaultKind] = &[
             window_ms: DEPLOY_READY_MS + b.stop_timeout_ms,
         },
     },
+    // Link faults on one of the target's three links, for a window.
+    FaultKind {
+        name: "partition",
+        effect: Effect::Holds,
+        duration_field: Some("duration_seconds"),
+        draw: |rng, b| link_fault(rng, b, Vec::new()),
+    },
+    FaultKind {
+        name: "latency",
+        effect: Effect::Holds,
+        duration_field: Some("duration_seconds"),
+        draw: |rng, b| {
+            let extra = vec![
+                ("latency_ms", Field::Int(rng.random_range(1..=10) * 100)),
+                ("jitter_ms", Field::Int(rng.random_range(0..=4) * 50)),
+            ];
+            link_fault(rng, b, extra)
+        },
+    },
+    FaultKind {
+        name: "bandwidth",
+        effect: Effect::Holds,
+        duration_field: Some("duration_seconds"),
+        draw: |rng, b| {
+            let extra = vec![(
+                "bytes_per_second",
+                Field::Int(rng.random_range(1..=20) * 1_000),
+            )];
+            link_fault(rng, b, extra)
+        },
+    },
+    FaultKind {
+        name: "reset",
+        effect: Effect::Holds,
+        duration_field: Some("duration_seconds"),
+        draw: |rng, b| link_fault(rng, b, Vec::new()),
+    },
+    FaultKind {
+        name: "half_open",
+        effect: Effect::Holds,
+        duration_field: Some("duration_seconds"),
+        draw: |rng, b| link_fault(rng, b, Vec::new()),
+    },
+    // DynamoDB answers on the target's DynamoDB link, for a window.
+    FaultKind {
+        name: "throttle",
+        effect: Effect::Holds,
+        duration_field: Some("duration_seconds"),
+        draw: |rng, b| {
+            let error = THROTTLE_ERRORS[rng.random_range(0..THROTTLE_ERRORS.len())];
+            let extra = vec![
+                ("fraction", Field::Float(fraction(rng))),
+                ("error", Field::Str(error.to_string())),
+            ];
+            windowed(rng, b, extra)
+        },
+    },
+    FaultKind {
+        name: "unanswered",
+        effect: Effect::Holds,
+        duration_field: Some("duration_seconds"),
+        draw: |rng, b| {
+            let extra = vec![("fraction", Field::Float(fraction(rng)))];
+            windowed(rng, b, extra)
+        },
+    },
+    FaultKind {
+        name: "late_apply",
+        effect: Effect::Holds,
+        duration_field: Some("duration_seconds"),
+        draw: |rng, b| {
+            let hold = rng.random_range(5..=(b.lease_ms / 100).max(5)) * 100;
+            let extra = vec![
+                ("operation", Field::Str("UpdateItem".to_string())),
+                ("hold_seconds", Field::Seconds(seconds(hold))),
+            ];
+            windowed(rng, b, extra)
+        },
+    },
+    // A jump of the target's wall clock (it stays off for the rest of the run).
+    FaultKind {
+        name: "clock_step",
+        effect: Effect::Holds,
+        duration_field: None,
+        draw: |rng, _| {
+            let step = rng.random_range(1..=8) * 1_000 * if rng.random_bool(0.5) { 1 } else { -1 };
+            Drawn {
+                fields: vec![("step_ms", Field::Int(step))],
+                window_ms: 0,
+            }
+        },
+    },
+    // The sink and the upstream, for everyone.
+    FaultKind {
+        name: "sink_error",
+        effect: Effect::Ambient,
+        duration_field: Some("duration_seconds"),
+        draw: |rng, b| {
+            let status = [500, 502, 503][rng.random_range(0..3)];
+            windowed(rng, b, vec![("status", Field::Int(status))])
+        },
+    },
+    FaultKind {
+        name: "sink_slow",
+        effect: Effect::Ambient,
+        duration_field: Some("duration_seconds"),
+        draw: |rng, b| {
+            let latency = rng.random_range(1..=10) * 100;
+            windowed(rng, b, vec![("latency_ms", Field::Int(latency))])
+        },
+    },
+    FaultKind {
+        name: "upstream_drop",
+        effect: Effect::Ambient,
+        duration_field: None,
+        draw: |rng, b| Drawn {
+            fields: vec![("stream", Field::Str(stream(rng, b)))],
+            window_ms: 0,
+        },
+    },
+    FaultKind {
+        name: "upstream_pause",
+        effect: Effect::Ambient,
+        duration_field: Some("duration_seconds"),
+        draw: |rng, b| windowed(rng, b, Vec::new()),
+    },
+    FaultKind {
+        name: "upstream_gap",
+        effect: Effect::Ambient,
+        duration_field: None,
+        draw: |rng, b| Drawn {
+            fields: vec![
+                ("stream", Field::Str(stream(rng, b))),
+                ("count", Field::Int(rng.random_range(1..=10) * 10)),
+            ],
+            window_ms: 0,
+        },
+    },
 ];
+
+/// The errors a `throttle` draws from (DynamoDB's own codes).
+const THROTTLE_ERRORS: &[&str] = &[
+    "ThrottlingException",
+    "ProvisionedThroughputExceededException",
+    "InternalServerError",
+];
+
+/// A link fault: a link drawn among the three, a window, and the kind's own fields.
+fn link_fault(
+    rng: &mut ChaCha8Rng,
+    b: &DrawBounds,
+    mut extra: Vec<(&'static str, Field)>,
+) -> Drawn {
+    let link = ["dynamodb", "upstream", "sink"][rng.random_range(0..3)];
+    extra.insert(0, ("link", Field::Str(link.to_string())));
+    windowed(rng, b, extra)
+}
+
+/// The kind's own fields plus a drawn `duration_seconds`.
+fn windowed(rng: &mut ChaCha8Rng, b: &DrawBounds, mut fields: Vec<(&'static str, Field)>) -> Drawn {
+    let ms = draw_window(rng, b);
+    fields.push(("duration_seconds", Field::Seconds(seconds(ms))));
+    Drawn {
+        fields,
+        window_ms: ms,
+    }
+}
+
+/// A fraction of requests in 0.2 … 1.0, in tenths.
+fn fraction(rng: &mut ChaCha8Rng) -> f64 {
+    f64::from(rng.random_range(2..=10u32)) / 10.0
+}
+
+/// One of the run's streams.
+fn stream(rng: &mut ChaCha8Rng, b: &DrawBounds) -> String {
+    lease_protocol::stream_name("s-", rng.random_range(1..=b.streams.max(1)))
+}
 
 /// The kind named `name`.
 pub fn kind(name: &str) -> Option<&'static FaultKind> {

@@ -281,7 +281,19 @@ impl FleetModel {
     }
 }
 
+/// How long a worker takes to notice an upstream socket gone silent (`UPSTREAM_IDLE_MS`'s
+/// default) and reopen it: part of any stall a link fault on the upstream can cause.
+const UPSTREAM_IDLE_MS: u64 = 5_000;
+
 impl Schedule {
+    /// The longest stall this run's faults excuse: a takeover's worth (twice the lease), plus
+    /// the longest fault window, plus the time to notice a silent upstream. A stream stuck for
+    /// good (under a healthy lease, say) still stalls longer than that.
+    pub fn stall_threshold_ms(&self) -> u64 {
+        let window = self.faults.iter().map(|f| f.window_ms).max().unwrap_or(0);
+        2 * self.config.lease_ms + window + UPSTREAM_IDLE_MS
+    }
+
     /// The scenario file of this run: a header saying where it came from, the settings, the
     /// faults and the campaign's expectations.
     pub fn to_toml(&self) -> String {
@@ -357,6 +369,11 @@ impl Schedule {
             Field::Seconds(s(c.settle_ms)).toml()
         );
         let _ = writeln!(t, "seed = {}", self.seed);
+        let _ = writeln!(
+            t,
+            "stall_threshold_seconds = {}",
+            Field::Seconds(s(self.stall_threshold_ms())).toml()
+        );
         for f in &self.faults {
             let _ = writeln!(t, "\n[[faults]]");
             let _ = writeln!(t, "at_seconds = {}", Field::Seconds(s(f.at_ms)).toml());

@@ -20,6 +20,8 @@ pub fn config_with(seed: u64, kinds: Vec<&'static kinds::FaultKind>) -> GenConfi
         bounds: DrawBounds {
             window_ms: (1_000, 5_000),
             stop_timeout_ms: 4_000,
+            streams: 6,
+            lease_ms: 2_000,
         },
         lease_ms: 2_000,
         renew_ms: 500,
