@@ -20,6 +20,10 @@ use crate::scenario::worker_name;
 const FIRST_FAULT_MS: u64 = 1_000;
 /// The run goes on at least this long after the last fault's window, so its effect is measured.
 const TAIL_MS: u64 = 2_000;
+/// A worker is targeted again only this long after its last fault's window ended: the heal (a
+/// SIGCONT, a proxy restored) takes a moment, and a fault aimed at a worker still paused is
+/// refused (campaign seed 1 run 6 drew a latency fault on worker-2 the instant its pause ended).
+const TARGET_GAP_MS: u64 = 500;
 
 /// What every run of a campaign shares: the fault kinds, the bounds and the lease settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -217,9 +221,11 @@ impl FleetModel {
         }
     }
 
-    /// Running workers no active fault holds at `at_ms`.
+    /// Running workers no active fault holds at `at_ms` (nor ended less than
+    /// [`TARGET_GAP_MS`] before it).
     fn free_at(&mut self, at_ms: u64) -> Vec<String> {
-        self.active.retain(|(_, end)| *end > at_ms);
+        self.active
+            .retain(|(_, end)| end.saturating_add(TARGET_GAP_MS) > at_ms);
         self.alive
             .iter()
             .filter(|w| !self.active.iter().any(|(t, _)| t == *w))
@@ -228,14 +234,18 @@ impl FleetModel {
     }
 
     /// When `max` faults are active at `at_ms`: the earliest time one of them ends.
-    fn overlap_slot(&mut self, at_ms: u64, max: usize) -> Option<u64> {
-        self.active.retain(|(_, end)| *end > at_ms);
-        if self.active.len() < max.max(1) {
+    fn overlap_slot(&self, at_ms: u64, max: usize) -> Option<u64> {
+        let mut ends: Vec<u64> = self
+            .active
+            .iter()
+            .map(|(_, e)| *e)
+            .filter(|e| *e > at_ms)
+            .collect();
+        if ends.len() < max.max(1) {
             return None;
         }
-        let mut ends: Vec<u64> = self.active.iter().map(|(_, e)| *e).collect();
         ends.sort_unstable();
-        Some(ends[self.active.len() - max.max(1)])
+        Some(ends[ends.len() - max.max(1)])
     }
 
     fn apply(&mut self, f: &GenFault, effect: Effect) {
