@@ -126,6 +126,9 @@ struct Analyser {
     ended: std::collections::HashSet<String>,
     fleet_stop_ms: Option<u64>,
     production_stopped_ms: Option<u64>,
+    /// In a run with a warm-up ([`RunStart::warmup`]), before its `warmup_done`: owner
+    /// changes now are the fleet balancing as it starts, not takeovers.
+    cold: bool,
 }
 
 impl Analyser {
@@ -140,6 +143,7 @@ impl Analyser {
         match record {
             Record::RunStart(s) => {
                 self.saw_start = true;
+                self.cold = s.warmup;
                 let stall_threshold_ms = s.stall_threshold_ms.unwrap_or(2 * s.lease_ms);
                 self.timeline = Some(timeline::Timeline::new(s.wall_ms, stall_threshold_ms));
                 self.report.lease_source = s.lease_source.clone();
@@ -211,6 +215,7 @@ impl Analyser {
             Record::Phase(p) => match p.phase.as_str() {
                 FLEET_STOP_PHASE => self.fleet_stop_ms = self.fleet_stop_ms.or(Some(p.t_ms)),
                 "warmup_done" => {
+                    self.cold = false;
                     if let Some(t) = &mut self.timeline {
                         t.window_start(p.t_ms);
                     }
@@ -281,6 +286,12 @@ impl Analyser {
         state.owner = Some((r.owner_id.clone(), r.fence_token));
         if previous.0 == r.owner_id {
             return; // the same owner re-acquired: no change of hands
+        }
+        if self.cold {
+            // The cold start balancing (a bid answered, an excess shed) before the warm-up
+            // declared ownership settled: counted apart, not a takeover.
+            self.report.totals.warmup_takeovers += 1;
+            return;
         }
         let mut takeover = Takeover {
             stream_id: r.stream_id.clone(),

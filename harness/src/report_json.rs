@@ -116,8 +116,12 @@ pub struct Totals {
     pub stale_accepted: u64,
     /// Streams whose final checkpoint is ahead of the accepted high-water mark.
     pub checkpoint_ahead: u64,
-    /// Owner changes, whatever caused them.
+    /// Owner changes after the warm-up, whatever caused them.
     pub takeovers: u64,
+    /// Owner changes before the warm-up ended (the fleet balancing as it starts: a bid
+    /// answered, an excess shed). Not in `takeovers`.
+    #[serde(default)]
+    pub warmup_takeovers: u64,
     /// Owner changes attributed to an injected action.
     pub fault_takeovers: u64,
     /// Percentiles of `takeover_ms` over fault-caused takeovers.

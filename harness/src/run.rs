@@ -226,6 +226,7 @@ impl Env<'_> {
             scenario_text: s.source.clone(),
             lease_source: Some(lease_source.info()),
             stall_threshold_ms: Some(s.run.stall_threshold_ms),
+            warmup: true,
         }));
         seed(&self.client, table, &streams)
             .await

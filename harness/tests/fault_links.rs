@@ -245,7 +245,7 @@ async fn post(sink: &harness::sink::Sink, stream: &str, seqs: &[u64]) -> u16 {
 
 #[tokio::test]
 async fn sink_faults_answer_over_http_and_store_nothing() {
-    use harness::scenario::menu::SinkFault;
+    use harness::scenario::menu::{PoisonSeq, SinkFault};
     let dir = tempfile::tempdir().unwrap();
     let writer = harness::history::HistoryWriter::create(&dir.path().join("h.jsonl")).unwrap();
     let sink = harness::sink::Sink::start(writer.recorder(), true)
@@ -256,7 +256,7 @@ async fn sink_faults_answer_over_http_and_store_nothing() {
         0,
         SinkFault::Poison {
             stream: "s-1".into(),
-            seq: 3,
+            seq: PoisonSeq::At(3),
             status: 422,
         },
     );

@@ -40,6 +40,10 @@ pub mod attr {
     pub const FENCE_TOKEN: &str = "fence_token";
     pub const CHECKPOINT: &str = "checkpoint";
     pub const UPDATED_AT: &str = "updated_at";
+    /// Which process of `owner_id` acquired the lease (`lease-worker` writes a random id per
+    /// process; other writers leave it absent). Two live processes under one `owner_id` show
+    /// two instances.
+    pub const OWNER_INSTANCE: &str = "owner_instance";
 }
 
 /// Errors from the lease table's shared operations.
@@ -119,6 +123,8 @@ pub struct LeaseItem {
     pub fence_token: Option<u64>,
     pub checkpoint: Option<u64>,
     pub updated_at: Option<i64>,
+    /// The acquiring process's instance id ([`attr::OWNER_INSTANCE`]), when it wrote one.
+    pub owner_instance: Option<String>,
 }
 
 impl LeaseItem {
@@ -145,8 +151,14 @@ impl LeaseItem {
                 })
             }
         };
+        // Written only by lease-worker; anything but a string is ignored, not an error.
+        let owner_instance = match item.get(attr::OWNER_INSTANCE) {
+            Some(AttributeValue::S(s)) => Some(s.clone()),
+            _ => None,
+        };
         Ok(LeaseItem {
             owner_id,
+            owner_instance,
             lease_expires_at: number(item, &stream_id, attr::LEASE_EXPIRES_AT)?,
             fence_token: number(item, &stream_id, attr::FENCE_TOKEN)?,
             checkpoint: number(item, &stream_id, attr::CHECKPOINT)?,

@@ -105,6 +105,7 @@ pub async fn acquire_seen(
         table,
         stream_id,
         owner_id,
+        None,
         lease_ms,
         now_ms,
         Some(skew_ms),
@@ -114,44 +115,64 @@ pub async fn acquire_seen(
 }
 
 /// Acquire on observation alone, never on a wall clock: allowed when the item is free, already
-/// ours, or still exactly as `seen`. Narrower than the design's condition (every write it lets
-/// through, the design's would too, given the caller judged `seen` expired): the expiry clause
-/// compares another worker's wall clock with this one's, so a worker whose clock runs behind
-/// writes leases that look expired the moment they land and any worker may take them — a
-/// zombie by skew. `lease-worker` acquires this way; it judges expiry itself, skew-tolerantly
-/// (an item unchanged for long enough on its own monotonic clock), and the compare-and-swap on
-/// `seen` makes that judgement safe.
+/// ours (`owner_id` = `owner_id` and, when the item names one, the same `instance`), or still
+/// exactly as `seen`. Writes `owner_instance = instance`. Narrower than the design's condition
+/// (every write it lets through, the design's would too, given the caller judged `seen` expired):
+/// the expiry clause compares another worker's wall clock with this one's, so a worker whose
+/// clock runs behind writes leases that look expired the moment they land and any worker may
+/// take them — a zombie by skew. And "ours" by name alone would let a second live process under
+/// the same `owner_id` take the first one's leases at once, and the first take them back.
+/// `lease-worker` acquires this way; it judges expiry itself, skew-tolerantly (an item unchanged
+/// for long enough on its own monotonic clock), and the compare-and-swap on `seen` makes that
+/// judgement safe.
+#[allow(clippy::too_many_arguments)]
 pub async fn acquire_observed(
     client: &Client,
     table: &str,
     stream_id: &str,
     owner_id: &str,
+    instance: &str,
     lease_ms: i64,
     now_ms: i64,
     seen: Option<&Seen>,
 ) -> Result<Outcome<LeaseItem>, OpError> {
     acquire_when(
-        client, table, stream_id, owner_id, lease_ms, now_ms, None, seen,
+        client,
+        table,
+        stream_id,
+        owner_id,
+        Some(instance),
+        lease_ms,
+        now_ms,
+        None,
+        seen,
     )
     .await
 }
 
-/// The acquire write: allowed when free, ours, exactly as `seen` (when given) or, with
-/// `skew_ms`, expired before `now_ms - skew_ms` on the caller's clock.
+/// The acquire write: allowed when free, ours (with `instance`: and, if the item names an
+/// instance, that one), exactly as `seen` (when given) or, with `skew_ms`, expired before
+/// `now_ms - skew_ms` on the caller's clock.
 #[allow(clippy::too_many_arguments)]
 async fn acquire_when(
     client: &Client,
     table: &str,
     stream_id: &str,
     owner_id: &str,
+    instance: Option<&str>,
     lease_ms: i64,
     now_ms: i64,
     skew_ms: Option<i64>,
     seen: Option<&Seen>,
 ) -> Result<Outcome<LeaseItem>, OpError> {
-    let mut condition = String::from(
-        "attribute_exists(stream_id) AND (attribute_not_exists(owner_id) OR owner_id = :me",
-    );
+    let mut condition =
+        String::from("attribute_exists(stream_id) AND (attribute_not_exists(owner_id)");
+    condition.push_str(match instance {
+        Some(_) => {
+            " OR (owner_id = :me AND (attribute_not_exists(owner_instance) OR owner_instance = :inst))"
+        }
+        None => " OR owner_id = :me",
+    });
     if skew_ms.is_some() {
         condition.push_str(" OR lease_expires_at < :cutoff");
     }
@@ -166,10 +187,18 @@ async fn acquire_when(
         .update_item()
         .table_name(table)
         .key(attr::STREAM_ID, s(stream_id))
-        .update_expression(
-            "SET owner_id = :me, lease_expires_at = :expires, \
-             fence_token = if_not_exists(fence_token, :zero) + :one, updated_at = :now",
-        )
+        .update_expression(match instance {
+            Some(_) => {
+                "SET owner_id = :me, owner_instance = :inst, lease_expires_at = :expires, \
+                 fence_token = if_not_exists(fence_token, :zero) + :one, updated_at = :now"
+            }
+            // Another client: any instance a lease-worker left is no longer the holder's.
+            None => {
+                "SET owner_id = :me, lease_expires_at = :expires, \
+                 fence_token = if_not_exists(fence_token, :zero) + :one, updated_at = :now \
+                 REMOVE owner_instance"
+            }
+        })
         .condition_expression(condition)
         .expression_attribute_values(":me", s(owner_id))
         .expression_attribute_values(":expires", n(now_ms + lease_ms))
@@ -180,6 +209,9 @@ async fn acquire_when(
         .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
     if let Some(skew_ms) = skew_ms {
         request = request.expression_attribute_values(":cutoff", n(now_ms - skew_ms));
+    }
+    if let Some(instance) = instance {
+        request = request.expression_attribute_values(":inst", s(instance));
     }
     if let Some(seen) = seen {
         request = request
@@ -295,9 +327,9 @@ pub async fn release(
     now_ms: i64,
 ) -> Result<Outcome<()>, OpError> {
     let update = if checkpoint.is_some() {
-        "SET updated_at = :now, checkpoint = :cp REMOVE owner_id, lease_expires_at"
+        "SET updated_at = :now, checkpoint = :cp REMOVE owner_id, lease_expires_at, owner_instance"
     } else {
-        "SET updated_at = :now REMOVE owner_id, lease_expires_at"
+        "SET updated_at = :now REMOVE owner_id, lease_expires_at, owner_instance"
     };
     let mut request = client
         .update_item()

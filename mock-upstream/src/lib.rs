@@ -254,6 +254,11 @@ impl UpstreamControl {
         self.shared.feed.set_state(ProductionState::Running)
     }
 
+    /// The last produced sequence of one stream, or `None` for an unknown stream.
+    pub fn last_seq(&self, stream_id: &str) -> Option<u64> {
+        self.shared.feed.stream(stream_id).map(|s| s.last_seq())
+    }
+
     /// Loses `count` new events of one stream together with everything it retained (a gap
     /// the consumer is told about); returns the lost range `(first, last)`. `None` for an
     /// unknown stream or once production stopped.

@@ -100,7 +100,8 @@ impl Supervisor {
             expiry_aware: config.acquire_mode == AcquireMode::ExpiryAware,
             fleet_poll: config.fleet_poll,
         };
-        let core = Supervision::new(settings, &shared.owner_id);
+        let core =
+            Supervision::new(settings, &shared.owner_id).with_instance(shared.table.instance());
         Supervisor {
             shared,
             config,
@@ -297,6 +298,12 @@ impl Supervisor {
             .fair_share
             .set(g.fair_share.min(i64::MAX as usize) as i64);
         metrics.unowned_streams.set(g.unowned as i64);
+        let before = metrics.duplicate_owners.set(g.duplicate_owners as i64);
+        if g.duplicate_owners > 0 && before == 0 {
+            tracing::error!(owner_id = %self.shared.owner_id, instance = %self.shared.table.instance(), other_processes = g.duplicate_owners, "another live process holds leases under this worker's OWNER_ID: ids must be unique per process (see the worker README, Policies: Owner id); its leases are left alone, not taken back and forth");
+        } else if g.duplicate_owners == 0 && before > 0 {
+            tracing::info!(owner_id = %self.shared.owner_id, "no other live process holds leases under this OWNER_ID any more");
+        }
     }
 
     /// Tries every stream in `streams` at once; returns true when any race was lost or any

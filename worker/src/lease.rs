@@ -84,6 +84,9 @@ pub struct LeaseTable {
     client: Client,
     table: Arc<str>,
     owner_id: Arc<str>,
+    /// This process's instance id, written with every acquire (`owner_instance`): another live
+    /// process under the same `owner_id` shows another one.
+    instance: Arc<str>,
     metrics: Arc<Metrics>,
     in_flight: Arc<tokio::sync::Semaphore>,
 }
@@ -95,6 +98,7 @@ impl LeaseTable {
             client,
             table: table.into(),
             owner_id: owner_id.into(),
+            instance: format!("{:016x}", rand::random::<u64>()).into(),
             metrics,
             in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
         }
@@ -103,6 +107,11 @@ impl LeaseTable {
     /// This worker's owner id.
     pub fn owner_id(&self) -> &str {
         &self.owner_id
+    }
+
+    /// This process's instance id (random, 16 hex digits, new at every start).
+    pub fn instance(&self) -> &str {
+        &self.instance
     }
 
     fn holder(&self, fence_token: u64) -> Holder<'_> {
@@ -153,6 +162,7 @@ impl LeaseTable {
             &self.table,
             stream_id,
             &self.owner_id,
+            &self.instance,
             lease.as_millis() as i64,
             now,
             seen,

@@ -59,6 +59,8 @@ pub struct Metrics {
     registry: Registry,
     pub owned_streams: Gauge,
     pub unowned_streams: Gauge,
+    /// Other live processes seen holding leases under this worker's own OWNER_ID.
+    pub duplicate_owners: Gauge,
     pub table_streams: Gauge,
     pub live_owners: Gauge,
     pub fair_share: Gauge,
@@ -96,6 +98,7 @@ impl Metrics {
         let m = Metrics {
             owned_streams: Gauge::default(),
             unowned_streams: Gauge::default(),
+            duplicate_owners: Gauge::default(),
             table_streams: Gauge::default(),
             live_owners: Gauge::default(),
             fair_share: Gauge::default(),
@@ -132,6 +135,11 @@ impl Metrics {
             "lease_worker_unowned_streams",
             "Streams the last scan saw with no live owner",
             m.unowned_streams.clone(),
+        );
+        r.register(
+            "lease_worker_duplicate_owners",
+            "Other live processes seen holding leases under this worker's own OWNER_ID (must be 0: ids must be unique per process)",
+            m.duplicate_owners.clone(),
         );
         r.register(
             "lease_worker_table_streams",

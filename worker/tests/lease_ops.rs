@@ -324,9 +324,10 @@ async fn the_observed_acquire_ignores_wall_clock_expiry_and_takes_only_what_it_s
     let real = 10_000_000;
     // a's clock runs 4 s behind: its lease "expires" 1 s before the real now.
     let behind = real - 4_000;
-    let Outcome::Done(a) = ops::acquire_observed(&c, TABLE, "s", "a", LEASE_MS, behind, None)
-        .await
-        .unwrap()
+    let Outcome::Done(a) =
+        ops::acquire_observed(&c, TABLE, "s", "a", "i-a", LEASE_MS, behind, None)
+            .await
+            .unwrap()
     else {
         panic!("a free item is acquired")
     };
@@ -334,7 +335,7 @@ async fn the_observed_acquire_ignores_wall_clock_expiry_and_takes_only_what_it_s
 
     // The design's condition, on b's (correct) clock, would take it at once.
     // The observed one, with nothing seen (b thought it free): refused, and told the holder.
-    match ops::acquire_observed(&c, TABLE, "s", "b", LEASE_MS, real, None)
+    match ops::acquire_observed(&c, TABLE, "s", "b", "i-b", LEASE_MS, real, None)
         .await
         .unwrap()
     {
@@ -348,7 +349,7 @@ async fn the_observed_acquire_ignores_wall_clock_expiry_and_takes_only_what_it_s
         lease_expires_at: real - 2_000,
     };
     assert!(matches!(
-        ops::acquire_observed(&c, TABLE, "s", "b", LEASE_MS, real, Some(&stale))
+        ops::acquire_observed(&c, TABLE, "s", "b", "i-b", LEASE_MS, real, Some(&stale))
             .await
             .unwrap(),
         Outcome::Refused { .. }
@@ -359,18 +360,66 @@ async fn the_observed_acquire_ignores_wall_clock_expiry_and_takes_only_what_it_s
         fence_token: 1,
         lease_expires_at: real - 1_000,
     };
-    let Outcome::Done(b) = ops::acquire_observed(&c, TABLE, "s", "b", LEASE_MS, real, Some(&seen))
-        .await
-        .unwrap()
+    let Outcome::Done(b) =
+        ops::acquire_observed(&c, TABLE, "s", "b", "i-b", LEASE_MS, real, Some(&seen))
+            .await
+            .unwrap()
     else {
         panic!("the item was exactly as seen")
     };
     assert_eq!((b.owner_id.as_deref(), b.fence_token), (Some("b"), Some(2)));
-    // Its own item (a restart under the same id) is always re-acquirable.
+    // Its own item (the same owner id and instance) is always re-acquirable.
     assert!(matches!(
-        ops::acquire_observed(&c, TABLE, "s", "b", LEASE_MS, real + 10, None)
+        ops::acquire_observed(&c, TABLE, "s", "b", "i-b", LEASE_MS, real + 10, None)
             .await
             .unwrap(),
         Outcome::Done(_)
     ));
+    // Another process under the same owner id (another instance) is not "ours": refused, unless
+    // it saw that exact lease unchanged (the previous run of a restarted worker, judged dead).
+    let held = item(&c, "s").await;
+    assert_eq!(held.owner_instance.as_deref(), Some("i-b"));
+    assert!(matches!(
+        ops::acquire_observed(&c, TABLE, "s", "b", "i-other", LEASE_MS, real + 20, None)
+            .await
+            .unwrap(),
+        Outcome::Refused { .. }
+    ));
+    let seen = ops::Seen {
+        owner_id: "b".into(),
+        fence_token: held.fence_token.unwrap(),
+        lease_expires_at: held.lease_expires_at.unwrap(),
+    };
+    let Outcome::Done(taken) = ops::acquire_observed(
+        &c,
+        TABLE,
+        "s",
+        "b",
+        "i-other",
+        LEASE_MS,
+        real + 30,
+        Some(&seen),
+    )
+    .await
+    .unwrap() else {
+        panic!("the item was exactly as seen")
+    };
+    assert_eq!(taken.owner_instance.as_deref(), Some("i-other"));
+    // A release clears the instance with the owner.
+    let Outcome::Done(()) = ops::release(
+        &c,
+        TABLE,
+        "s",
+        Holder {
+            owner_id: "b",
+            fence_token: taken.fence_token.unwrap(),
+        },
+        None,
+        real + 40,
+    )
+    .await
+    .unwrap() else {
+        panic!("released")
+    };
+    assert_eq!(item(&c, "s").await.owner_instance, None);
 }

@@ -195,6 +195,35 @@ fn a_takeover_without_a_fault_has_no_time() {
     assert_eq!(report.totals.takeover_ms.count, 0);
 }
 
+/// In a run with a warm-up, a change of hands before `warmup_done` is the fleet balancing as it
+/// starts (a bid answered): counted apart, not a takeover a no-fault run must be free of.
+#[test]
+fn an_owner_change_during_the_warm_up_is_not_a_takeover() {
+    let warmed = |warmup: bool| {
+        let Record::RunStart(mut s) = start() else {
+            unreachable!()
+        };
+        s.warmup = warmup;
+        analyse(vec![
+            Record::RunStart(s),
+            accepted(100, 1, 1, "worker-1"),
+            accepted(900, 2, 2, "worker-2"),
+            phase(1_000, "warmup_done"),
+            accepted(1_500, 3, 3, "worker-3"),
+            last_seq(3),
+            end(2_000),
+        ])
+    };
+    let report = warmed(true);
+    assert_eq!(report.totals.warmup_takeovers, 1);
+    assert_eq!(report.totals.takeovers, 1);
+    assert_eq!(report.takeovers[0].to_owner, "worker-3");
+    // A history that does not say it has a warm-up (older, hand-written): every change counts.
+    let report = warmed(false);
+    assert_eq!(report.totals.warmup_takeovers, 0);
+    assert_eq!(report.totals.takeovers, 2);
+}
+
 #[test]
 fn the_same_owner_reacquiring_is_not_a_takeover() {
     let report = analyse(vec![

@@ -19,7 +19,8 @@ use super::{owned_by, Injector};
 use crate::fleet::State;
 use crate::history::{Action, Record};
 use crate::scenario::menu::{
-    DdbFault, DdbFaultKind, Direction, Link, LinkFault, MenuAction, SinkFault, UpstreamFault,
+    DdbFault, DdbFaultKind, Direction, Link, LinkFault, MenuAction, PoisonSeq, SinkFault,
+    UpstreamFault,
 };
 use crate::scenario::Target;
 
@@ -104,7 +105,13 @@ fn sink_detail(fault: &SinkFault) -> serde_json::Value {
             stream,
             seq,
             status,
-        } => json!({"stream_id": stream, "seq": seq, "status": status}),
+        } => {
+            let seq = match seq {
+                PoisonSeq::At(seq) => json!(seq),
+                PoisonSeq::Ahead(n) => json!(format!("+{n}")),
+            };
+            json!({"stream_id": stream, "seq": seq, "status": status})
+        }
     }
 }
 
@@ -190,6 +197,7 @@ impl Injector {
                     .sink
                     .clone()
                     .ok_or_else(|| anyhow::anyhow!("no sink to fault"))?;
+                let fault = &self.resolve_poison(fault)?;
                 sink.apply(index, fault.clone());
                 self.record_menu(
                     index,
@@ -243,6 +251,32 @@ impl Injector {
             });
         }
         Ok(())
+    }
+
+    /// A `sink_poison` with `seq_ahead`, made absolute: that many past the stream's last
+    /// produced seq now. Other sink faults are returned as they are.
+    fn resolve_poison(&self, fault: &SinkFault) -> anyhow::Result<SinkFault> {
+        let SinkFault::Poison {
+            stream,
+            seq: seq @ PoisonSeq::Ahead(_),
+            status,
+        } = fault
+        else {
+            return Ok(fault.clone());
+        };
+        let up = self
+            .kit
+            .upstream
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("no upstream to read {stream}'s head from"))?;
+        let head = up
+            .last_seq(stream)
+            .ok_or_else(|| anyhow::anyhow!("unknown stream {stream:?}"))?;
+        Ok(SinkFault::Poison {
+            stream: stream.clone(),
+            seq: PoisonSeq::At(seq.resolve(head)),
+            status: *status,
+        })
     }
 
     async fn upstream(

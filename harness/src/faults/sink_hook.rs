@@ -9,7 +9,7 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::scenario::menu::SinkFault;
+use crate::scenario::menu::{PoisonSeq, SinkFault};
 
 /// The active sink faults.
 #[derive(Debug)]
@@ -106,9 +106,14 @@ impl SinkFaults {
                     (draw < *fraction)
                         .then(|| (*status, format!("sink_error fault: answering {status}")))
                 }
+                // A `seq_ahead` is resolved to an absolute seq when the fault is injected.
+                SinkFault::Poison {
+                    seq: PoisonSeq::Ahead(_),
+                    ..
+                } => None,
                 SinkFault::Poison {
                     stream: s,
-                    seq,
+                    seq: PoisonSeq::At(seq),
                     status,
                 } => (s == stream && seqs.contains(seq)).then(|| {
                     (
@@ -136,7 +141,7 @@ mod tests {
         assert_eq!(faults.before("s-0001", [1, 2].into_iter()).await, None);
         let poison = SinkFault::Poison {
             stream: "s-0001".into(),
-            seq: 5,
+            seq: PoisonSeq::At(5),
             status: 422,
         };
         faults.apply(3, poison);

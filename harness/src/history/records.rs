@@ -56,6 +56,11 @@ pub struct RunStart {
     /// histories (then twice the lease).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stall_threshold_ms: Option<u64>,
+    /// The run has a warm-up that ends with a `warmup_done` phase: owner changes before it are
+    /// the fleet balancing as it starts (`totals.warmup_takeovers`), not takeovers. Absent in
+    /// older histories and hand-written ones: every change counts.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub warmup: bool,
 }
 
 /// How the lease timeline of a run was read (design §9).

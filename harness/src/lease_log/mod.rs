@@ -240,6 +240,7 @@ mod tests {
             lease_expires_at: Some(expires),
             checkpoint,
             updated_at: Some(expires - 3000),
+            owner_instance: None,
         }
     }
 

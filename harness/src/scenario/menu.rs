@@ -170,9 +170,28 @@ pub enum SinkFault {
     /// `status` (a 4xx) for every batch of `stream` that contains `seq`.
     Poison {
         stream: String,
-        seq: u64,
+        seq: PoisonSeq,
         status: u16,
     },
+}
+
+/// Which event a `sink_poison` refuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoisonSeq {
+    /// This sequence number (`seq`).
+    At(u64),
+    /// This many past the stream's last produced seq when the fault is injected (`seq_ahead`).
+    Ahead(u64),
+}
+
+impl PoisonSeq {
+    /// The absolute seq, given the stream's last produced seq at injection.
+    pub fn resolve(self, last_produced: u64) -> u64 {
+        match self {
+            PoisonSeq::At(seq) => seq,
+            PoisonSeq::Ahead(n) => last_produced.saturating_add(n.max(1)),
+        }
+    }
 }
 
 /// The fault-menu part of [`super::FaultAction`].
@@ -311,7 +330,7 @@ pub(super) fn fields(action: RawAction) -> Option<&'static [&'static str]> {
         RawAction::UpstreamSkip => &["stream"],
         RawAction::SinkError => &["status", "fraction", "duration_seconds"],
         RawAction::SinkSlow => &["latency_ms", "duration_seconds"],
-        RawAction::SinkPoison => &["stream", "seq", "status", "duration_seconds"],
+        RawAction::SinkPoison => &["stream", "seq", "seq_ahead", "status", "duration_seconds"],
         RawAction::Kill
         | RawAction::Pause
         | RawAction::Terminate
@@ -322,7 +341,7 @@ pub(super) fn fields(action: RawAction) -> Option<&'static [&'static str]> {
 }
 
 /// Which menu fields a fault table sets, for the "not used by action" check.
-pub(super) fn given(f: &RawFault) -> [(&'static str, bool); 14] {
+pub(super) fn given(f: &RawFault) -> [(&'static str, bool); 15] {
     [
         ("link", f.link.is_some()),
         ("direction", f.direction.is_some()),
@@ -337,6 +356,7 @@ pub(super) fn given(f: &RawFault) -> [(&'static str, bool); 14] {
         ("step_ms", f.step_ms.is_some()),
         ("stream", f.stream.is_some()),
         ("seq", f.seq.is_some()),
+        ("seq_ahead", f.seq_ahead.is_some()),
         ("status", f.status.is_some()),
     ]
 }
@@ -592,10 +612,32 @@ impl Validator<'_> {
                         "409 is the sink's fencing answer (the worker stops the stream); poison with another 4xx, e.g. 413 or 422",
                     ));
                 }
+                let seq = match (f.seq, f.seq_ahead) {
+                    (Some(seq), None) => PoisonSeq::At(seq),
+                    (None, Some(0)) => {
+                        return Err(self.err(
+                            &at("seq_ahead"),
+                            "must be at least 1 (the next event the upstream produces)",
+                        ))
+                    }
+                    (None, Some(n)) => PoisonSeq::Ahead(n),
+                    (Some(_), Some(_)) => {
+                        return Err(self.err(
+                            &at("seq_ahead"),
+                            "give `seq` (absolute) or `seq_ahead` (past the head at injection), not both",
+                        ))
+                    }
+                    (None, None) => {
+                        return Err(self.err(
+                            &at("seq"),
+                            "action \"sink_poison\" needs seq (absolute) or seq_ahead (past the stream's head at injection)",
+                        ))
+                    }
+                };
                 MenuAction::Sink {
                     fault: SinkFault::Poison {
                         stream: stream()?,
-                        seq: f.seq.ok_or_else(|| need("seq"))?,
+                        seq,
                         status,
                     },
                     duration_ms: duration()?,

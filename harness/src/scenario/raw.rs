@@ -196,6 +196,10 @@ pub struct RawFault {
     pub stream: Option<String>,
     #[serde(default)]
     pub seq: Option<u64>,
+    /// `sink_poison`: the poisoned seq is this many past the stream's last produced seq at
+    /// injection (instead of an absolute `seq`, which a variable warm-up cannot time).
+    #[serde(default)]
+    pub seq_ahead: Option<u64>,
     #[serde(default)]
     pub status: Option<u16>,
 }

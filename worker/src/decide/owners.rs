@@ -100,6 +100,9 @@ pub struct Gauges {
     pub live_owners: usize,
     pub fair_share: usize,
     pub unowned: usize,
+    /// Other live processes holding leases under this worker's own `OWNER_ID` (a
+    /// misconfiguration: ids must be unique per process).
+    pub duplicate_owners: usize,
 }
 
 /// One acquire to send.
@@ -185,6 +188,11 @@ pub struct Supervision {
     /// which they were first seen so: not live owners until they hold nothing any more, or
     /// renew a lease past that moment (a resumed owner).
     lapsed_owners: HashMap<String, i64>,
+    /// This process's instance id (`owner_instance` on what it acquires), when it writes one.
+    /// An item naming `me` under another instance belongs to another process with the same
+    /// `OWNER_ID` (or to this worker's previous run): planned as another owner's, taken only
+    /// once judged dead, by compare-and-swap.
+    instance: Option<String>,
 }
 
 impl Supervision {
@@ -208,7 +216,38 @@ impl Supervision {
             fleet_generation: None,
             draining_owners: HashSet::new(),
             lapsed_owners: HashMap::new(),
+            instance: None,
         }
+    }
+
+    /// The same supervisor, for a process that writes `instance` with its acquires.
+    pub fn with_instance(mut self, instance: &str) -> Self {
+        self.instance = Some(instance.to_string());
+        self
+    }
+
+    /// The instance id of another process under this worker's `OWNER_ID` that `item` names.
+    fn foreign_instance<'a>(&self, item: &'a LeaseItem) -> Option<&'a str> {
+        let mine = self.instance.as_deref()?;
+        match (&item.owner_id, &item.owner_instance) {
+            (Some(owner), Some(other)) if *owner == self.me && other != mine => Some(other),
+            _ => None,
+        }
+    }
+
+    /// The table as planned: an item held under this worker's id by another instance shows as
+    /// held by [`instance_alias`] of it, another owner.
+    fn planned_view(&self) -> Vec<LeaseItem> {
+        self.known
+            .iter()
+            .map(|item| match self.foreign_instance(item) {
+                Some(other) => LeaseItem {
+                    owner_id: Some(instance_alias(&self.me, other)),
+                    ..item.clone()
+                },
+                None => item.clone(),
+            })
+            .collect()
     }
 
     /// The settings decided with.
@@ -329,20 +368,19 @@ impl Supervision {
         leaving.extend(self.lapsed_owners.keys().cloned());
         let limits = self.limits();
         let unchanged = self.unchanged(now);
+        let view = self.planned_view();
         let plan = plan::plan(
-            &self.known,
-            &bids,
-            &leaving,
-            &me,
-            &owned_set,
-            &unchanged,
-            now_ms,
-            limits,
+            &view, &bids, &leaving, &me, &owned_set, &unchanged, now_ms, limits,
         );
         for owner in &plan.lapsed {
             self.lapsed_owners.entry(owner.clone()).or_insert(now_ms);
         }
         self.live_owners = plan.live_owners;
+        let duplicate_owners = plan
+            .contenders
+            .iter()
+            .filter(|o| is_instance_alias(&me, o))
+            .count();
         self.contenders = plan.contenders;
         let cutoff = now_ms - limits.skew_ms;
         let unowned = self
@@ -356,6 +394,7 @@ impl Supervision {
             live_owners: plan.live_owners,
             fair_share: plan.target,
             unowned,
+            duplicate_owners,
         };
 
         let cooldown = self.settings.scan * 2;
@@ -376,7 +415,11 @@ impl Supervision {
                     .known
                     .iter()
                     .find(|i| i.stream_id == stream_id)
-                    .and_then(|i| ItemState::of(i).held_by_other(&me));
+                    .and_then(|i| {
+                        // Held under this id by another instance: "ours" does not cover it.
+                        let other = self.foreign_instance(i).is_some();
+                        ItemState::of(i).held_by_other(&me, other)
+                    });
                 Attempt { stream_id, seen }
             })
             .collect();
@@ -490,7 +533,7 @@ impl Supervision {
         now: Instant,
     ) -> bool {
         self.next_watch_ms = plan::next_watch(
-            &self.known,
+            &self.planned_view(),
             &self.me,
             owned,
             &self.contenders,
@@ -617,10 +660,13 @@ impl ItemState {
         }
     }
 
-    /// The state as a [`Seen`] when someone other than `me` holds the lease.
-    fn held_by_other(self, me: &str) -> Option<Seen> {
+    /// The state as a [`Seen`] when someone other than `me` holds the lease (or another
+    /// process under `me`'s id: `other_instance`).
+    fn held_by_other(self, me: &str, other_instance: bool) -> Option<Seen> {
         match (self.owner_id, self.fence_token, self.lease_expires_at) {
-            (Some(owner_id), Some(fence_token), Some(lease_expires_at)) if owner_id != me => {
+            (Some(owner_id), Some(fence_token), Some(lease_expires_at))
+                if owner_id != me || other_instance =>
+            {
                 Some(Seen {
                     owner_id,
                     fence_token,
@@ -630,6 +676,20 @@ impl ItemState {
             _ => None,
         }
     }
+}
+
+/// The owner name another process under `me`'s id is planned as (never a real `OWNER_ID`:
+/// it holds a space).
+pub fn instance_alias(me: &str, instance: &str) -> String {
+    format!("{me} (instance {instance})")
+}
+
+/// Whether `owner` is an [`instance_alias`] of `me`.
+fn is_instance_alias(me: &str, owner: &str) -> bool {
+    owner
+        .strip_prefix(me)
+        .and_then(|rest| rest.strip_prefix(" (instance "))
+        .is_some_and(|rest| rest.ends_with(')'))
 }
 
 /// `base` ± 10 % (`unit` in `[0, 1)`), so that workers started together do not act in lockstep.

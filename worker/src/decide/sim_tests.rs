@@ -310,6 +310,69 @@ impl Sim {
     }
 }
 
+/// Another process under this worker's own id (another `owner_instance`) is another owner: its
+/// live leases are left alone and reported; once dead they are taken by compare-and-swap on
+/// what was seen, since "already ours" does not cover another instance.
+#[test]
+fn another_instance_under_my_id_is_another_owner() {
+    let t0 = Instant::now();
+    let base = 1_800_000_000_000;
+    let held = |stream: &str, expires: i64| LeaseItem {
+        stream_id: stream.into(),
+        owner_id: Some("dup".into()),
+        owner_instance: Some("theirs".into()),
+        fence_token: Some(1),
+        lease_expires_at: Some(expires),
+        ..LeaseItem::default()
+    };
+    let free = LeaseItem {
+        stream_id: "s-3".into(),
+        ..LeaseItem::default()
+    };
+    let mut core = Supervision::new(settings(), "dup").with_instance("mine");
+    let items = vec![
+        held("s-1", base + LEASE_MS),
+        held("s-2", base + LEASE_MS),
+        free,
+    ];
+    core.on_scan(items, Vec::new(), Duration::from_millis(5), t0);
+    let round = core.round(&HashMap::new(), base, t0);
+    let ids: Vec<&str> = round.acquire.iter().map(|a| a.stream_id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["s-3"],
+        "the other instance's live leases are not ours"
+    );
+    assert_eq!(round.gauges.duplicate_owners, 1);
+    assert_eq!(round.gauges.live_owners, 2);
+
+    // Its leases lapse and stay unchanged: taken, each by a compare-and-swap on what was seen.
+    let later = t0 + Duration::from_millis(5_000);
+    let round = core.round(&HashMap::new(), base + 5_000, later);
+    for stream in ["s-1", "s-2"] {
+        let attempt = round
+            .acquire
+            .iter()
+            .find(|a| a.stream_id == stream)
+            .unwrap_or_else(|| panic!("{stream} taken once dead: {round:?}"));
+        let seen = attempt.seen.as_ref().expect("a compare-and-swap");
+        assert_eq!((seen.owner_id.as_str(), seen.fence_token), ("dup", 1));
+    }
+    assert_eq!(round.gauges.duplicate_owners, 0);
+
+    // Without an instance of its own (an older worker), items under its id are its own.
+    let mut old = Supervision::new(settings(), "dup");
+    old.on_scan(
+        vec![held("s-1", base + LEASE_MS)],
+        Vec::new(),
+        Duration::from_millis(5),
+        t0,
+    );
+    let round = old.round(&HashMap::new(), base, t0);
+    assert_eq!(round.acquire.len(), 1);
+    assert_eq!(round.acquire[0].seen, None);
+}
+
 #[test]
 fn a_lone_worker_takes_everything() {
     let mut sim = Sim::new(30, &[0]);
