@@ -247,6 +247,7 @@ pub fn history(streams: usize, period_ms: u64) -> Vec<Record> {
             scenario_text: SCENARIO_TEXT.into(),
             lease_source: None,
             stall_threshold_ms: None,
+            warmup: false,
         }),
         &mut timed,
     );
