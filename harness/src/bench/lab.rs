@@ -228,25 +228,38 @@ impl Lab {
         }
     }
 
-    /// Sums a counter family by `label` over every live worker's `/metrics`.
-    pub async fn counters(&self, metric: &str, label: &str) -> BTreeMap<String, f64> {
+    /// Sums a counter family by `label` over every live worker's `/metrics`. A worker whose
+    /// address is unknown or whose scrape fails fails the measurement (a sum over fewer workers
+    /// than ran would understate the cost, silently).
+    pub async fn counters(
+        &self,
+        metric: &str,
+        label: &str,
+    ) -> anyhow::Result<BTreeMap<String, f64>> {
         let alive = self.fleet.alive();
-        let addrs: Vec<SocketAddr> = {
+        let addrs: Vec<(String, SocketAddr)> = {
             let addrs = self.addrs.lock().expect("addrs lock poisoned");
-            alive.iter().filter_map(|n| addrs.get(n).copied()).collect()
+            alive
+                .iter()
+                .map(|n| {
+                    addrs.get(n).map(|a| (n.clone(), *a)).ok_or_else(|| {
+                        anyhow::anyhow!("{metric}: no metrics address for {n} (not ready?)")
+                    })
+                })
+                .collect::<anyhow::Result<_>>()?
         };
-        let scrapes = addrs.iter().map(|a| metrics::scrape(&self.http, *a));
+        let scrapes = addrs.iter().map(|(name, a)| async move {
+            metrics::scrape(&self.http, *a)
+                .await
+                .map_err(|e| anyhow::anyhow!("{metric}: scraping {name} at {a}: {e}"))
+        });
         let mut total = BTreeMap::new();
-        for text in futures_util::future::join_all(scrapes)
-            .await
-            .into_iter()
-            .flatten()
-        {
-            for (k, v) in metrics::sum_by_label(&text, metric, label) {
+        for text in futures_util::future::join_all(scrapes).await {
+            for (k, v) in metrics::sum_by_label(&text?, metric, label) {
                 *total.entry(k).or_default() += v;
             }
         }
-        total
+        Ok(total)
     }
 
     /// Ends the lab: SIGKILLs the fleet, stops sink and upstream, closes the history and

@@ -154,6 +154,10 @@ trait Measured {
     fn interrupted(&self) -> bool;
     /// Nothing was measured at all.
     fn is_empty(&self) -> bool;
+    /// What the measurement found wrong (fails the bench, exit 1, once the files are written).
+    fn violations(&self) -> &[String] {
+        &[]
+    }
 }
 
 impl Measured for takeover::TakeoverBench {
@@ -162,6 +166,9 @@ impl Measured for takeover::TakeoverBench {
     }
     fn is_empty(&self) -> bool {
         self.takeover.is_empty() && self.cost.is_empty()
+    }
+    fn violations(&self) -> &[String] {
+        &self.violations
     }
 }
 
@@ -236,6 +243,12 @@ fn conclude<T: Measured>(
         return ExitCode::from(1);
     }
     summary(&done);
+    if !done.violations().is_empty() {
+        for v in done.violations() {
+            eprintln!("harness: bench {bench}: VIOLATION: {v}");
+        }
+        return ExitCode::from(1);
+    }
     if done.interrupted() {
         eprintln!("harness: bench {bench}: interrupted; the files hold what was measured before the signal");
         return ExitCode::from(130);

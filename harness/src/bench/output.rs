@@ -483,6 +483,7 @@ mod tests {
             takeover,
             cost,
             errors: vec!["lease 1000 ms: <too short>".into()],
+            violations: Vec::new(),
             interrupted: false,
             samples,
         }

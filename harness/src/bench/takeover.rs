@@ -90,6 +90,9 @@ pub struct TakeoverBench {
     pub cost: Vec<CostRow>,
     /// Problems met (a fault whose streams were not all taken over in time, ...).
     pub errors: Vec<String>,
+    /// Crash takeovers faster than their floor (the lease left at the kill + the skew margin):
+    /// a lease taken before it could have expired. Any fails the bench (exit 1).
+    pub violations: Vec<String>,
     /// A signal cut the sweep short: the settings and faults measured before it are here.
     pub interrupted: bool,
     #[serde(skip)]
@@ -126,6 +129,7 @@ pub async fn run(options: &TakeoverOptions) -> anyhow::Result<TakeoverBench> {
         takeover: Vec::new(),
         cost: Vec::new(),
         errors: Vec::new(),
+        violations: Vec::new(),
         interrupted: false,
         samples: Vec::new(),
     };
@@ -219,7 +223,27 @@ pub async fn run(options: &TakeoverOptions) -> anyhow::Result<TakeoverBench> {
         }
     }
     drop(ddb);
+    bench.violations = early_takeovers(&bench.samples);
     Ok(bench)
+}
+
+/// The crash samples whose takeover beat their floor, as messages naming lease, mode and stream.
+/// Such a takeover means the new owner was granted the lease before it could have expired (or
+/// the floor was read wrong): never clamped away, never averaged in silence.
+pub fn early_takeovers(samples: &[(u64, String, Sample)]) -> Vec<String> {
+    samples
+        .iter()
+        .filter(|(_, _, s)| s.kind == Kind::Crash && s.overhead_ms() < 0)
+        .map(|(lease, mode, s)| {
+            format!(
+                "lease {lease} ms, {mode}: {} taken over {} ms after the kill, {} ms before its floor (lease left at the kill + skew margin = {} ms)",
+                s.stream_id,
+                s.takeover_ms,
+                -s.overhead_ms(),
+                s.floor_ms
+            )
+        })
+        .collect()
 }
 
 /// One lab through warm-up, the cost window and the faults; then the analysis.
@@ -244,10 +268,10 @@ async fn one_mode(
 
     // Cost: a quiet window of at least two renew intervals, all workers alive.
     let window = Duration::from_millis((2 * renew).max(3_000));
-    let before = lab.counters(DYNAMODB_REQUESTS, "op").await;
+    let before = lab.counters(DYNAMODB_REQUESTS, "op").await?;
     let started = Instant::now();
     tokio::time::sleep(window).await;
-    let after = lab.counters(DYNAMODB_REQUESTS, "op").await;
+    let after = lab.counters(DYNAMODB_REQUESTS, "op").await?;
     let window_ms = started.elapsed().as_millis() as u64;
     let by_op: std::collections::BTreeMap<String, f64> = after
         .iter()
@@ -444,4 +468,53 @@ async fn fault_cycle(
     // Let the newcomer bid and the others shed before the next fault.
     tokio::time::sleep(Duration::from_millis((3 * renew).clamp(1_500, 12_000))).await;
     Ok((streams.len(), problem))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(kind: Kind, stream: &str, takeover_ms: u64, floor_ms: u64) -> Sample {
+        Sample {
+            kind,
+            stream_id: stream.into(),
+            to_owner: "w-2".into(),
+            to_fence: 2,
+            fault_t_ms: 1_000,
+            takeover_ms,
+            floor_ms,
+            acquired_ms: None,
+            phases: None,
+        }
+    }
+
+    /// A crash takeover faster than its floor is a violation (a lease taken before it could
+    /// have expired), named; a handoff (floor 0) and a takeover at or after its floor are not.
+    #[test]
+    fn a_crash_takeover_before_its_floor_is_a_violation() {
+        let samples = vec![
+            (
+                3_000,
+                "poll".to_string(),
+                sample(Kind::Crash, "s-1", 2_900, 3_000),
+            ),
+            (
+                3_000,
+                "poll".to_string(),
+                sample(Kind::Crash, "s-2", 3_000, 3_000),
+            ),
+            (
+                3_000,
+                "poll".to_string(),
+                sample(Kind::Handoff, "s-3", 40, 0),
+            ),
+        ];
+        let found = early_takeovers(&samples);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].contains("s-1") && found[0].contains("100 ms before its floor"),
+            "{}",
+            found[0]
+        );
+    }
 }

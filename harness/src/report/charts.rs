@@ -237,13 +237,23 @@ pub fn timeline(view: &RunView) -> anyhow::Result<String> {
         let min_width = end_s / 400.0;
         for (i, id) in view.timeline_rows.iter().enumerate() {
             let y0 = (rows - i - 1) as f64;
-            let (lo, hi) = (y0 + 0.18, y0 + 0.82);
+            let (lo, hi) = (y0 + 0.2, y0 + 0.84);
             let (px, py) = chart.backend_coord(&(0.0, y0 + 0.5));
             root.draw(&Text::new(
                 id.clone(),
                 (px - 6, py),
                 text_style(11, Pos::new(HPos::Right, VPos::Center)),
             ))?;
+            // The table's view under the writes: each owner's valid lease, a thin strip.
+            let leases = view.leases.get(id).map(Vec::as_slice).unwrap_or(&[]);
+            chart.draw_series(leases.iter().map(|s| {
+                let x0 = seconds(s.start_ms);
+                let x1 = seconds(s.end_ms).max(x0 + min_width);
+                Rectangle::new(
+                    [(x0, y0 + 0.04), (x1, y0 + 0.14)],
+                    owner_color(view.owner_index(&s.owner)).filled(),
+                )
+            }))?;
             let segments = view.segments.get(id).map(Vec::as_slice).unwrap_or(&[]);
             chart.draw_series(segments.iter().map(|s| {
                 let x0 = seconds(s.start_ms);

@@ -257,8 +257,9 @@ pub fn render(report: &Report, view: &RunView, tables: &[Table], charts: &Charts
         out,
         "<h2>Charts</h2>\n<figure id=\"chart-timeline\" data-chart=\"timeline\" data-rows=\"{shown}\" \
          data-colors=\"{}\" data-streams=\"{}\">\n<figcaption><b>Timeline per stream.</b> Each row is a stream, \
-         coloured by the owner whose writes the sink received; a black tick marks a new fence \
-         token, a red cross a write the sink rejected as stale, red lines the injected actions, \
+         coloured by the owner whose writes the sink received; the thin strip under it, the owner \
+         whose lease the table held valid (grant to release, successor or expiry); a black tick \
+         marks a new fence token, a red cross a write the sink rejected as stale, red lines the injected actions, \
          orange shading each fault until the last takeover it caused (a pause until its resume).{}\
          </figcaption>\n{}\n{}\n</figure>",
         owner_colors(view),

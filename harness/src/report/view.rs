@@ -80,6 +80,10 @@ pub struct RunView {
     pub end_ms: u64,
     /// Every stream seen in a receipt, with its publishing segments in time order.
     pub segments: BTreeMap<String, Vec<Segment>>,
+    /// Per stream, each owner's valid-lease intervals as the table showed them (from the lease
+    /// timeline's `lease` records): from the grant to its release, its successor's grant or its
+    /// last `lease_expires_at`, whichever came first. Empty for a history without them.
+    pub leases: BTreeMap<String, Vec<Segment>>,
     /// Times of fenced receipts per stream (capped), for the zombie markers.
     pub fenced: BTreeMap<String, Vec<u64>>,
     /// Accepted, duplicate and fenced receipts per whole second since t0.
@@ -114,6 +118,11 @@ struct Builder {
     owners: BTreeSet<String>,
     finals: BTreeSet<String>,
     production_stopped_ms: Option<u64>,
+    /// Unix ms of the run's t0 (from `run_start`), to place the table's expiries.
+    wall_t0_ms: i64,
+    leases: BTreeMap<String, Vec<Segment>>,
+    /// Per stream, the lease open now: its interval so far and its expiry (run ms).
+    open_leases: BTreeMap<String, (Segment, Option<u64>)>,
 }
 
 fn bump(series: &mut Vec<u64>, t_ms: u64) {
@@ -185,12 +194,47 @@ impl Builder {
             Record::Phase(p) if p.phase == "production_stopped" => {
                 self.production_stopped_ms.get_or_insert(p.t_ms);
             }
-            Record::RunStart(_)
-            | Record::Phase(_)
+            Record::RunStart(s) => self.wall_t0_ms = s.wall_ms,
+            Record::Lease(l) => {
+                let expires = l
+                    .lease_expires_at
+                    .map(|e| e.saturating_sub(self.wall_t0_ms).max(0) as u64);
+                let same = |(s, _): &(Segment, Option<u64>)| {
+                    Some(&s.owner) == l.owner_id.as_ref() && Some(s.fence) == l.fence_token
+                };
+                match self.open_leases.get_mut(&l.stream_id) {
+                    // A renewal (or a checkpoint) of the lease open now.
+                    Some(open) if same(open) => open.1 = expires.or(open.1),
+                    _ => {
+                        self.close_lease(&l.stream_id, l.t_ms);
+                        if let (Some(owner), Some(fence)) = (l.owner_id, l.fence_token) {
+                            self.owners.insert(owner.clone());
+                            let segment = Segment {
+                                owner,
+                                fence,
+                                start_ms: l.t_ms,
+                                end_ms: l.t_ms,
+                            };
+                            self.open_leases.insert(l.stream_id, (segment, expires));
+                        }
+                    }
+                }
+            }
+            Record::Phase(_)
             | Record::WorkerExit(_)
-            | Record::Lease(_)
             | Record::ContentMismatch(_)
             | Record::RunEnd(_) => {}
+        }
+    }
+
+    /// Ends `stream`'s open lease at `t_ms`, or at its expiry if that came first.
+    fn close_lease(&mut self, stream: &str, t_ms: u64) {
+        if let Some((mut segment, expires)) = self.open_leases.remove(stream) {
+            segment.end_ms = expires.map_or(t_ms, |e| e.min(t_ms)).max(segment.start_ms);
+            self.leases
+                .entry(stream.to_string())
+                .or_default()
+                .push(segment);
         }
     }
 }
@@ -205,6 +249,10 @@ impl RunView {
         b.markers.sort_by_key(|m| m.t_ms);
         b.samples.sort_by_key(|s| s.t_ms);
         let end_ms = b.end_ms.max(report.harness.wall_ms).max(1);
+        let open: Vec<String> = b.open_leases.keys().cloned().collect();
+        for stream in open {
+            b.close_lease(&stream, end_ms);
+        }
         let mut all_streams: BTreeSet<&String> = b.segments.keys().collect();
         all_streams.extend(b.finals.iter());
         let stream_count = all_streams.len().max(report.config.streams);
@@ -246,6 +294,7 @@ impl RunView {
             end_ms,
             owners: b.owners.into_iter().collect(),
             segments: b.segments,
+            leases: b.leases,
             fenced: b.fenced,
             accepted_per_s: b.accepted_per_s,
             duplicate_per_s: b.duplicate_per_s,
@@ -433,4 +482,64 @@ fn derived_ownership(
         t += DERIVED_OWNERSHIP_STEP_MS;
     }
     points
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{LeaseChange, LeaseOp, RunStart};
+
+    const WALL: i64 = 1_800_000_000_000;
+
+    fn lease(
+        t_ms: u64,
+        op: LeaseOp,
+        owner: Option<&str>,
+        fence: u64,
+        expires: Option<u64>,
+    ) -> Record {
+        Record::Lease(LeaseChange {
+            t_ms,
+            stream_id: "s-0001".into(),
+            op,
+            owner_id: owner.map(String::from),
+            fence_token: Some(fence),
+            lease_expires_at: expires.map(|e| WALL + e as i64),
+            checkpoint: None,
+            updated_at: None,
+        })
+    }
+
+    /// Each owner's valid lease runs from its grant to its release, its successor's grant or
+    /// its last expiry, whichever came first — here w-1 lapsed at 4.1 s (renewed once) and w-2
+    /// took over at 5 s, then released at 6 s.
+    #[test]
+    fn lease_intervals_end_at_release_successor_or_expiry() {
+        let records = vec![
+            Record::RunStart(RunStart {
+                wall_ms: WALL,
+                ..RunStart::default()
+            }),
+            lease(100, LeaseOp::Acquire, Some("w-1"), 1, Some(3_100)),
+            lease(1_100, LeaseOp::Renew, Some("w-1"), 1, Some(4_100)),
+            lease(5_000, LeaseOp::Acquire, Some("w-2"), 2, Some(8_000)),
+            lease(6_000, LeaseOp::Release, None, 2, None),
+            lease(7_000, LeaseOp::Acquire, Some("w-3"), 3, Some(10_000)),
+        ];
+        let view = RunView::build(records, &Report::default());
+        let got: Vec<(&str, u64, u64, u64)> = view.leases["s-0001"]
+            .iter()
+            .map(|s| (s.owner.as_str(), s.fence, s.start_ms, s.end_ms))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("w-1", 1, 100, 4_100),
+                ("w-2", 2, 5_000, 6_000),
+                // Still open at the end of the history (7 s): closed there.
+                ("w-3", 3, 7_000, 7_000),
+            ]
+        );
+        assert!(view.owners.contains(&"w-3".to_string()));
+    }
 }

@@ -67,10 +67,13 @@ impl Settings {
             .max(self.renew.mul_f64(1.5))
     }
 
-    /// Whether the fleet signal is read: only in expiry-aware mode, and only when scans are
-    /// rarer than the reads (otherwise the scan finds released streams as soon).
+    /// Whether the fleet signal is read: when it is on, and only when scans are rarer than the
+    /// reads (otherwise the scan finds released streams as soon). In either acquisition mode:
+    /// `ACQUIRE_MODE` is when a held lease is tried, the signal is when a released one is seen,
+    /// so the two modes compare acquisition timing alone (issue #15); `FLEET_POLL_MS=0` with
+    /// `poll` is the source design's plain polling.
     pub fn fleet_polling(&self) -> bool {
-        self.expiry_aware && !self.fleet_poll.is_zero() && self.scan > self.fleet_poll
+        !self.fleet_poll.is_zero() && self.scan > self.fleet_poll
     }
 }
 
