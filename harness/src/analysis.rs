@@ -302,7 +302,7 @@ impl Analyser {
             at_ms: r.t_ms,
             ..Takeover::default()
         };
-        if let Some(i) = self.cause(&r.stream_id, previous.1, r.t_ms) {
+        if let Some(i) = self.cause(&r.stream_id, &takeover.from_owner, previous.1, r.t_ms) {
             let (action, streams) = &self.actions[i];
             let (_, remaining) = streams[&r.stream_id];
             let ms = r.t_ms.saturating_sub(action.t_ms);
@@ -324,7 +324,7 @@ impl Analyser {
 
     /// The latest action at or before `t_ms` that listed `stream` and has not explained an
     /// earlier takeover of it; one that listed it under `from_fence` is preferred.
-    fn cause(&self, stream: &str, from_fence: u64, t_ms: u64) -> Option<usize> {
+    fn cause(&self, stream: &str, from_owner: &str, from_fence: u64, t_ms: u64) -> Option<usize> {
         let used = self.used.get(stream);
         let candidates = || {
             self.actions
@@ -335,9 +335,13 @@ impl Analyser {
                     a.t_ms <= t_ms && s.contains_key(stream) && !used.is_some_and(|u| u.contains(i))
                 })
         };
+        // An action that listed the stream under the fence that lost it; else one aimed at the
+        // owner that lost it (which re-acquired since). Never an action on an earlier owner:
+        // a stream handed back later (a bid answered after a heal) is no takeover that fault
+        // caused (campaign seed 1 run 37 timed such a handover from a reset 7.8 s before).
         let latest = candidates()
             .find(|(_, (_, s))| s[stream].0 == from_fence)
-            .or_else(|| candidates().next())
+            .or_else(|| candidates().find(|(_, (a, _))| a.target == from_owner))
             .map(|(i, _)| i)?;
         // A fault that took several actions (a terminate whose worker outlived its stop
         // timeout, then the SIGKILL) caused the takeover with its first: time it from there.

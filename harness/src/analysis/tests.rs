@@ -224,6 +224,30 @@ fn an_owner_change_during_the_warm_up_is_not_a_takeover() {
     assert_eq!(report.totals.takeovers, 2);
 }
 
+/// A stream handed back to the worker a fault once hit (a bid answered after the heal) is no
+/// takeover that fault caused: the action listed the stream under its *earlier* owner, and the
+/// one that lost it now was never targeted (campaign seed 1 run 37 timed such a handover from
+/// a reset 7.8 s before, and failed the takeover bound).
+#[test]
+fn a_handover_back_is_not_blamed_on_a_fault_aimed_at_an_earlier_owner() {
+    // Two faults on worker-1 listed the stream under fence 1; the second caused the takeover.
+    let report = analyse(vec![
+        start(),
+        accepted(100, 1, 1, "worker-1"),
+        action(500, "reset", 1, 2_500),
+        with_fault(action(1_000, "throttle", 1, 2_000), 1),
+        accepted(3_000, 2, 2, "worker-2"),
+        accepted(9_000, 3, 3, "worker-1"),
+        last_seq(3),
+        end(10_000),
+    ]);
+    assert_eq!(report.totals.takeovers, 2);
+    assert_eq!(report.takeovers[0].cause.as_deref(), Some("throttle"));
+    assert_eq!(report.takeovers[0].takeover_ms, Some(2_000));
+    assert_eq!(report.takeovers[1].cause, None, "{:?}", report.takeovers[1]);
+    assert_eq!(report.totals.fault_takeovers, 1);
+}
+
 #[test]
 fn the_same_owner_reacquiring_is_not_a_takeover() {
     let report = analyse(vec![
@@ -335,6 +359,16 @@ fn action(t_ms: u64, name: &str, fence: u64, remaining: i64) -> Record {
             Record::Action(a)
         }
         _ => unreachable!(),
+    }
+}
+
+fn with_fault(record: Record, fault: usize) -> Record {
+    match record {
+        Record::Action(mut a) => {
+            a.fault = Some(fault);
+            Record::Action(a)
+        }
+        other => other,
     }
 }
 

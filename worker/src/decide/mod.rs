@@ -7,15 +7,18 @@
 //! decrease, checkpoints never pass what the sink accepted) are tested exhaustively in `tests`.
 //!
 //! It is split by concern: [`stream`] (one owned stream's core), [`plan`] (one acquisition round
-//! from one view of the table) and [`owners`] (the supervisor's state across rounds: which owners
-//! are live, lapsed or draining, cooldowns, the ramp, when to scan, bid or wake).
+//! from one view of the table), [`owners`] (the supervisor's state across rounds: which owners
+//! are live, lapsed or draining, cooldowns, the ramp, when to scan, bid or wake) and [`round`]
+//! (its settings and what one round decides).
 
 pub mod owners;
 pub mod plan;
+pub mod round;
 pub mod stream;
 
 pub use owners::*;
 pub use plan::*;
+pub use round::*;
 pub use stream::*;
 
 #[cfg(test)]

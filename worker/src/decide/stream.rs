@@ -302,8 +302,12 @@ impl FenceBook {
 /// Whether a refused renewal was refused only by its monotone condition: the refusal shows the
 /// lease still held by `me` under `fence`, expiring no earlier than the `asked_expires` this
 /// renewal would have written (another renewal of ours was applied after it, or this host's
-/// wall clock stepped back). The lease then lasts at least as long as asked, so it counts as
-/// renewed; the refused write's checkpoint is persisted only if the stored one is not below it.
+/// wall clock stepped back). It does **not** count as renewed: the stored expiry was written on
+/// this clock as it was before, and after a backward step it ends earlier in real time than
+/// "now + lease" — a worker that extended its local deadline here kept publishing after others
+/// had (rightly) taken the lease (campaign seed 1 run 28: `clock_step -6000`, a late write).
+/// The stream keeps the deadline of its last applied renewal; the refused write's checkpoint
+/// is persisted only if the stored one is not below it.
 pub fn renewal_superseded(current: &LeaseItem, me: &str, fence: u64, asked_expires: i64) -> bool {
     current.owner_id.as_deref() == Some(me)
         && current.fence_token == Some(fence)

@@ -445,13 +445,23 @@ impl Runner {
             _ => None,
         };
         if let Some(stored) = superseded {
-            // Only the monotone condition refused it: the lease is ours for at least as long.
-            tracing::info!(stream_id = %self.id, fence_token = self.core.fence(), asked_expires = renewal.expires, "renewal refused only because the table already holds a later expiry of ours; counted as renewed");
+            // Only the monotone condition refused it: the lease is still ours, but how long it
+            // lasts in real time is what an earlier renewal wrote, not "now + lease" on this
+            // clock (which may have stepped back): the deadline stays where it is.
+            tracing::warn!(stream_id = %self.id, fence_token = self.core.fence(), asked_expires = renewal.expires, "renewal refused: the table holds a later expiry of ours than this clock asks for (did the wall clock step back?); not counted as renewed, the stream keeps its current deadline");
             self.shared.metrics.renew_failed("superseded");
-            let written = renewal
+            if let Some(cp) = renewal
                 .checkpoint
-                .filter(|cp| stored.is_some_and(|s| s >= *cp));
-            return self.renewed(renewal, written, now);
+                .filter(|cp| stored.is_some_and(|s| s >= *cp))
+            {
+                self.core.on_checkpoint_written(cp);
+                self.stats
+                    .persisted
+                    .store(self.core.persisted(), Ordering::Relaxed);
+            }
+            self.renew_attempt = 0;
+            self.renew_at = Some(now + self.shared.renew_every);
+            return None;
         }
         match result {
             Ok(Outcome::Done(())) => {
