@@ -71,35 +71,6 @@ pub async fn acquire(
     now_ms: i64,
     skew_ms: i64,
 ) -> Result<Outcome<LeaseItem>, OpError> {
-    acquire_seen(
-        client, table, stream_id, owner_id, lease_ms, now_ms, skew_ms, None,
-    )
-    .await
-}
-
-/// A held lease exactly as a worker observed it (owner, fence, expiry).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Seen {
-    pub owner_id: String,
-    pub fence_token: u64,
-    pub lease_expires_at: i64,
-}
-
-/// [`acquire`], also allowed when the item is still exactly as `seen`: the observer judged the
-/// lease dead because the item stayed unchanged for a full lease on its own monotonic clock,
-/// whatever the wall clocks say (a compare-and-swap on the observed state, as the Kinesis
-/// Client Library does; a renewal in between changes the expiry and refuses it).
-#[allow(clippy::too_many_arguments)]
-pub async fn acquire_seen(
-    client: &Client,
-    table: &str,
-    stream_id: &str,
-    owner_id: &str,
-    lease_ms: i64,
-    now_ms: i64,
-    skew_ms: i64,
-    seen: Option<&Seen>,
-) -> Result<Outcome<LeaseItem>, OpError> {
     acquire_when(
         client,
         table,
@@ -109,9 +80,19 @@ pub async fn acquire_seen(
         lease_ms,
         now_ms,
         Some(skew_ms),
-        seen,
+        None,
     )
     .await
+}
+
+/// A held lease exactly as a worker observed it (owner, fence, expiry): [`acquire_observed`]
+/// may take it while the item is still exactly so (a compare-and-swap on the observed state, as
+/// the Kinesis Client Library does; a renewal in between changes the expiry and refuses it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    pub owner_id: String,
+    pub fence_token: u64,
+    pub lease_expires_at: i64,
 }
 
 /// Acquire on observation alone, never on a wall clock: allowed when the item is free, already

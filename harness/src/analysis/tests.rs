@@ -248,6 +248,41 @@ fn a_handover_back_is_not_blamed_on_a_fault_aimed_at_an_earlier_owner() {
     assert_eq!(report.totals.fault_takeovers, 1);
 }
 
+/// Gaps inside a range the upstream lost (its gap fault) are `upstream_lost`; any other is
+/// `gaps_unexplained`, and the checkpoint may pass the lost range but not a real hole.
+#[test]
+fn gaps_the_upstream_lost_are_explained_and_others_are_not() {
+    let lost = Record::Action(Action {
+        t_ms: 150,
+        action: "upstream_gap".into(),
+        target: "upstream".into(),
+        fault: Some(0),
+        detail: Some(serde_json::json!({"stream_id": "s-0001", "lost_from": 3, "lost_to": 5})),
+        ..Action::default()
+    });
+    let report = analyse(vec![
+        start(),
+        accepted(100, 1, 1, "worker-1"),
+        accepted(110, 2, 1, "worker-1"),
+        lost,
+        accepted(200, 6, 1, "worker-1"),
+        accepted(210, 8, 1, "worker-1"),
+        last_seq(8),
+        checkpoint(6),
+        end(1_000),
+    ]);
+    assert_eq!(report.totals.gaps, 4, "3, 4, 5 and 7");
+    assert_eq!(report.totals.upstream_lost, 3);
+    assert_eq!(
+        report.totals.gaps_unexplained, 1,
+        "7 was produced and never delivered"
+    );
+    assert_eq!(
+        report.totals.checkpoint_ahead, 0,
+        "6 is past the lost range, not a hole"
+    );
+}
+
 #[test]
 fn the_same_owner_reacquiring_is_not_a_takeover() {
     let report = analyse(vec![

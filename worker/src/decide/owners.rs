@@ -9,6 +9,7 @@
 //! to wake at). `discovery` performs those actions and reports back. Nothing here reads a clock,
 //! sleeps or touches the network, so the invariants are property-tested on a virtual clock.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
@@ -124,8 +125,16 @@ impl Supervision {
     }
 
     /// The table as planned: an item held under this worker's id by another instance shows as
-    /// held by [`instance_alias`] of it, another owner.
-    fn planned_view(&self) -> Vec<LeaseItem> {
+    /// held by [`instance_alias`] of it, another owner. The view itself, uncopied, when no item
+    /// is (the usual case: this runs every round, over every stream).
+    fn planned_view(&self) -> Cow<'_, [LeaseItem]> {
+        if !self
+            .known
+            .iter()
+            .any(|i| self.foreign_instance(i).is_some())
+        {
+            return Cow::Borrowed(&self.known);
+        }
         self.known
             .iter()
             .map(|item| match self.foreign_instance(item) {

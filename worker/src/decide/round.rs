@@ -83,7 +83,7 @@ pub struct Gauges {
 pub struct Attempt {
     pub stream_id: String,
     /// The held lease as last seen, when someone else held it: the acquire may then also
-    /// succeed on an unchanged item (see [`lease_table::ops::acquire_seen`]).
+    /// succeed on an unchanged item (see [`lease_table::ops::acquire_observed`]).
     pub seen: Option<Seen>,
 }
 
