@@ -1,1 +1,0 @@
-//! Intentionally empty: see Cargo.toml.
