@@ -238,6 +238,30 @@ pub async fn renew(
     now_ms: i64,
     checkpoint: Option<u64>,
 ) -> Result<Outcome<()>, OpError> {
+    renew_until(
+        client,
+        table,
+        stream_id,
+        holder,
+        now_ms,
+        now_ms + lease_ms,
+        checkpoint,
+    )
+    .await
+}
+
+/// [`renew`] with the expiry given: `lease_expires_at = expires_ms` under the same conditions
+/// (ours, same token, not expired at `now_ms`, never moved back). The worker carries its expiry
+/// forward on its monotonic clock, so a wall clock that steps back still renews.
+pub async fn renew_until(
+    client: &Client,
+    table: &str,
+    stream_id: &str,
+    holder: Holder<'_>,
+    now_ms: i64,
+    expires_ms: i64,
+    checkpoint: Option<u64>,
+) -> Result<Outcome<()>, OpError> {
     let mut update = String::from("SET lease_expires_at = :expires, updated_at = :now");
     let mut condition = String::from(
         "owner_id = :me AND fence_token = :token AND lease_expires_at >= :now \
@@ -255,7 +279,7 @@ pub async fn renew(
         .condition_expression(condition)
         .expression_attribute_values(":me", s(holder.owner_id))
         .expression_attribute_values(":token", n(holder.fence_token))
-        .expression_attribute_values(":expires", n(now_ms + lease_ms))
+        .expression_attribute_values(":expires", n(expires_ms))
         .expression_attribute_values(":now", n(now_ms))
         .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
     if let Some(cp) = checkpoint {

@@ -29,13 +29,16 @@ use tokio::time::Instant;
 use crate::config::{AcquireMode, Config};
 use crate::decide::{self, Attempt, ReleaseReason, Round, Scheduled, Supervision};
 use crate::http::Readiness;
+use crate::lease::CallError;
 use crate::stream::{self, Acquired, Control, Exit, Shared, AWS_CALL_TIMEOUT};
 
 pub use crate::decide::{FAST_RESCAN, MAX_PER_ROUND, MIN_RESCAN, PER_ROUND, VIEW_ROUNDS};
 
 /// An acquire may take this long. A timed-out acquire may still have been written; its outcome
 /// is unknown, so it counts as a lost race: a consistent rescan follows almost at once and, if the
-/// item names this worker, takes the lease back.
+/// item shows the acquire landed (this worker, a higher fence), takes the lease back; if not, the
+/// stream is held back for a lease (the acquire may still be in flight, see
+/// [`Supervision::on_unconfirmed`]).
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Each scan page may take this long.
 pub const SCAN_PAGE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -264,6 +267,7 @@ impl Supervisor {
             .iter()
             .map(|(id, o)| (id.clone(), o.releasing))
             .collect();
+        self.core.on_write_window(self.shared.table.write_window());
         let round = self
             .core
             .round(&owned, lease_table::now_ms(), Instant::now());
@@ -298,6 +302,9 @@ impl Supervisor {
             .fair_share
             .set(g.fair_share.min(i64::MAX as usize) as i64);
         metrics.unowned_streams.set(g.unowned as i64);
+        metrics
+            .write_window
+            .set(self.shared.table.write_window() as i64);
         let before = metrics.duplicate_owners.set(g.duplicate_owners as i64);
         if g.duplicate_owners > 0 && before == 0 {
             tracing::error!(owner_id = %self.shared.owner_id, instance = %self.shared.table.instance(), other_processes = g.duplicate_owners, "another live process holds leases under this worker's OWNER_ID: ids must be unique per process (see the worker README, Policies: Owner id); its leases are left alone, not taken back and forth");
@@ -345,8 +352,15 @@ impl Supervisor {
                 // name this worker with a lease nobody serves. Like a lost race, it makes the view
                 // stale, so the next round comes soon with a consistent scan, which offers a
                 // stream naming this worker again (the acquire's condition admits its owner).
+                // Never sent (the congestion window had no room): nothing was written. The
+                // view is as stale as after a lost race, nothing more.
+                Err(e @ CallError::Queued { .. }) => {
+                    raced = true;
+                    tracing::debug!(%stream_id, error = %e, "acquire not sent");
+                }
                 Err(e) => {
                     raced = true;
+                    self.core.on_unconfirmed(&stream_id, Instant::now());
                     tracing::warn!(%stream_id, error = %e, "acquire failed; its outcome is unknown, rescanning soon");
                 }
             }
@@ -367,6 +381,9 @@ impl Supervisor {
             checkpoint: item.checkpoint.unwrap_or(0),
             started,
             started_unix_ms,
+            expires: item
+                .lease_expires_at
+                .unwrap_or(started_unix_ms + self.config.lease.as_millis() as i64),
             answered: Instant::now(),
         };
         self.shared.metrics.acquisitions.inc();
@@ -424,6 +441,8 @@ impl Supervisor {
                 if exit == Exit::Released {
                     // A shed or a hand-over: tell the others (a starved bidder is waiting for exactly this).
                     self.announce_release();
+                } else {
+                    self.core.on_unconfirmed(&stream_id, Instant::now());
                 }
             }
             Err(e) => tracing::error!(error = %e, "a stream task was cancelled"),

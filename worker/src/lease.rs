@@ -14,9 +14,10 @@ use aws_sdk_dynamodb::Client;
 use lease_table::ops::{self, ErrorKind, FleetSignal, Holder, OpError, Outcome};
 use lease_table::LeaseItem;
 
-use crate::decide::Bid;
+use crate::decide::{Bid, WriteClass};
 use crate::metrics::Metrics;
 use crate::stream::AWS_CALL_TIMEOUT;
+use crate::write_gate::WriteGate;
 
 /// The IAM actions of every DynamoDB operation this worker calls.
 pub const DYNAMODB_ACTIONS: &[&str] = &["dynamodb:GetItem", "dynamodb:Scan", "dynamodb:UpdateItem"];
@@ -55,6 +56,10 @@ pub enum CallError {
     /// No answer within the timeout (which never exceeds the time left on the lease).
     #[error("DynamoDB {op} timed out after {after:?}")]
     Timeout { op: &'static str, after: Duration },
+    /// Never sent: the call waited its whole timeout for room in the congestion window. Its
+    /// outcome is known (nothing was written).
+    #[error("DynamoDB {op} not sent: no room in the congestion window for {after:?}")]
+    Queued { op: &'static str, after: Duration },
     /// DynamoDB or the network answered with an error.
     #[error(transparent)]
     Failed(#[from] OpError),
@@ -65,6 +70,7 @@ impl CallError {
     pub fn outcome(&self) -> &'static str {
         match self {
             CallError::Timeout { .. } => "timeout",
+            CallError::Queued { .. } => "queued",
             CallError::Failed(e) if e.kind == ErrorKind::Throttled => "throttled",
             CallError::Failed(_) => "error",
         }
@@ -72,13 +78,6 @@ impl CallError {
 }
 
 /// The lease table as this worker uses it.
-/// At most this many lease writes (acquire, renew, checkpoint, release, bid) of one worker are
-/// in flight at once; the rest wait their turn inside the same timeout. A worker with hundreds
-/// of streams acquired together renews them together: without a bound, that burst queues at
-/// the server instead, every call in it times out at once, and every retry (the timed-out
-/// writes still execute) doubles the load.
-pub const MAX_IN_FLIGHT: usize = 16;
-
 #[derive(Clone)]
 pub struct LeaseTable {
     client: Client,
@@ -88,7 +87,7 @@ pub struct LeaseTable {
     /// process under the same `owner_id` shows another one.
     instance: Arc<str>,
     metrics: Arc<Metrics>,
-    in_flight: Arc<tokio::sync::Semaphore>,
+    gate: Arc<WriteGate>,
 }
 
 impl LeaseTable {
@@ -100,8 +99,13 @@ impl LeaseTable {
             owner_id: owner_id.into(),
             instance: format!("{:016x}", rand::random::<u64>()).into(),
             metrics,
-            in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+            gate: Arc::new(WriteGate::default()),
         }
+    }
+
+    /// Lease requests this worker may have in flight now (its congestion window).
+    pub fn write_window(&self) -> usize {
+        self.gate.limit()
     }
 
     /// This worker's owner id.
@@ -127,13 +131,27 @@ impl LeaseTable {
         timeout: Duration,
         call: impl std::future::Future<Output = Result<Outcome<T>, OpError>>,
     ) -> Result<Outcome<T>, CallError> {
+        let class = match op {
+            "acquire" | "bid" => WriteClass::Grow,
+            _ => WriteClass::Keep,
+        };
+        let sent = std::sync::atomic::AtomicBool::new(false);
         let bounded = async {
-            let _permit = self.in_flight.acquire().await;
-            call.await
+            let admitted = self.gate.admit(class).await;
+            sent.store(true, std::sync::atomic::Ordering::Relaxed);
+            let result = call.await;
+            // Any failure (throttling, a 5xx, a reset) is a sign of congestion; a refused
+            // condition is an answer.
+            let congested = result.is_err();
+            admitted.done(congested, timeout);
+            result
         };
         let result = match tokio::time::timeout(timeout, bounded).await {
             Ok(Ok(outcome)) => Ok(outcome),
             Ok(Err(e)) => Err(CallError::Failed(e)),
+            Err(_) if !sent.load(std::sync::atomic::Ordering::Relaxed) => {
+                Err(CallError::Queued { op, after: timeout })
+            }
             Err(_) => Err(CallError::Timeout { op, after: timeout }),
         };
         let outcome = match &result {
@@ -170,23 +188,24 @@ impl LeaseTable {
         self.timed("acquire", timeout, call).await
     }
 
-    /// Renew (design §2) at wall-clock `now` (Unix ms), carrying `checkpoint` when one is due.
+    /// Renew (design §2) until `expires`, judging expiry at `now` (Unix ms; see
+    /// [`crate::decide::LeaseTimeline`]), carrying `checkpoint` when one is due.
     pub async fn renew(
         &self,
         stream_id: &str,
         fence: u64,
-        lease: Duration,
-        checkpoint: Option<u64>,
         now: i64,
+        expires: i64,
+        checkpoint: Option<u64>,
         timeout: Duration,
     ) -> Result<Outcome<()>, CallError> {
-        let call = ops::renew(
+        let call = ops::renew_until(
             &self.client,
             &self.table,
             stream_id,
             self.holder(fence),
-            lease.as_millis() as i64,
             now,
+            expires,
             checkpoint,
         );
         self.timed("renew", timeout, call).await

@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod run;
 pub mod sink;
 pub mod stream;
+pub mod write_gate;
 
 pub use config::{Cli, Config, ConfigError, RawConfig, ENV_VARS};
 pub use lease::DYNAMODB_ACTIONS;

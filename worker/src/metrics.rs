@@ -31,7 +31,14 @@ pub const DYNAMO_OPS: &[&str] = &[
     "fleet_bump",
 ];
 /// DynamoDB outcome labels (`outcome`).
-pub const DYNAMO_OUTCOMES: &[&str] = &["ok", "conditional_failed", "throttled", "error", "timeout"];
+pub const DYNAMO_OUTCOMES: &[&str] = &[
+    "ok",
+    "conditional_failed",
+    "throttled",
+    "error",
+    "timeout",
+    "queued",
+];
 /// Lease-loss reasons (`reason`).
 pub const LOST_REASONS: &[&str] = &["renew_refused", "deadline", "sink_fenced"];
 /// Sink rejection statuses (`status`): `409`, `5xx`, `4xx`, `timeout`, `connect`.
@@ -61,6 +68,7 @@ pub struct Metrics {
     pub unowned_streams: Gauge,
     /// Other live processes seen holding leases under this worker's own OWNER_ID.
     pub duplicate_owners: Gauge,
+    pub write_window: Gauge,
     pub table_streams: Gauge,
     pub live_owners: Gauge,
     pub fair_share: Gauge,
@@ -99,6 +107,7 @@ impl Metrics {
             owned_streams: Gauge::default(),
             unowned_streams: Gauge::default(),
             duplicate_owners: Gauge::default(),
+            write_window: Gauge::default(),
             table_streams: Gauge::default(),
             live_owners: Gauge::default(),
             fair_share: Gauge::default(),
@@ -140,6 +149,11 @@ impl Metrics {
             "lease_worker_duplicate_owners",
             "Other live processes seen holding leases under this worker's own OWNER_ID (must be 0: ids must be unique per process)",
             m.duplicate_owners.clone(),
+        );
+        r.register(
+            "lease_worker_write_window",
+            "Lease requests this worker may have in flight (its congestion window: grows on timely answers, halves on slow ones, timeouts and throttling)",
+            m.write_window.clone(),
         );
         r.register(
             "lease_worker_table_streams",
@@ -269,7 +283,7 @@ impl Metrics {
         for reason in RELEASE_REASONS {
             let _ = m.releases.get_or_create(&labels(&[("reason", reason)]));
         }
-        for kind in ["refused", "throttled", "error", "timeout"] {
+        for kind in ["refused", "throttled", "error", "timeout", "queued"] {
             let _ = m.renew_failures.get_or_create(&labels(&[("kind", kind)]));
         }
         for status in SINK_STATUSES {

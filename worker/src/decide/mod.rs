@@ -11,16 +11,22 @@
 //! are live, lapsed or draining, cooldowns, the ramp, when to scan, bid or wake) and [`round`]
 //! (its settings and what one round decides).
 
+mod items;
 pub mod owners;
 pub mod plan;
 pub mod round;
 pub mod stream;
+pub mod window;
 
+pub use items::instance_alias;
 pub use owners::*;
 pub use plan::*;
 pub use round::*;
 pub use stream::*;
+pub use window::*;
 
+#[cfg(test)]
+mod plan_tests;
 #[cfg(test)]
 mod sim_tests;
 #[cfg(test)]

@@ -13,12 +13,12 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use lease_table::ops::Seen;
 use lease_table::LeaseItem;
 
 use super::round::*;
 use tokio::time::Instant;
 
+use super::items::{instance_alias, is_instance_alias, ItemState};
 use super::plan::{self, Bid, PlanLimits, Unchanged};
 use super::stream::FenceBook;
 
@@ -51,9 +51,13 @@ pub struct Supervision {
     /// Each known item's state (owner, fence, expiry) and when, on the monotonic clock, it was
     /// first seen in it: skew-tolerant expiry judges "unchanged for long enough" from this.
     seen: HashMap<String, (ItemState, Instant)>,
-    /// Streams this worker shed or handed over, with when and under which fence: not taken
-    /// back for two scan intervals, unless someone else has held them since (a higher fence).
-    recently_shed: HashMap<String, (Instant, u64)>,
+    /// Streams this worker does not take back until the instant given, unless someone else
+    /// has held them since (a fence above the one given): those it shed or handed over (for two
+    /// scan intervals), and those whose lease it lost, or whose acquire or release went
+    /// unanswered (for a lease + the skew margin: its writes may be held somewhere and land
+    /// late — an acquire sent now would extend a lease nobody serves, and the fleet would wait
+    /// for it a second time).
+    held_back: HashMap<String, (Instant, u64)>,
     next_watch_ms: Option<i64>,
     /// Acquisitions allowed in the next round: [`PER_ROUND`], doubled after each round that
     /// took its fill and left candidates behind (a cold start fills a large share in a few
@@ -82,6 +86,9 @@ pub struct Supervision {
     /// `OWNER_ID` (or to this worker's previous run): planned as another owner's, taken only
     /// once judged dead, by compare-and-swap.
     instance: Option<String>,
+    /// Lease requests the worker may have in flight now (its congestion window): a round
+    /// sends no more acquires than that, the rest wait for the next round.
+    write_window: usize,
 }
 
 impl Supervision {
@@ -94,7 +101,7 @@ impl Supervision {
             bids: Vec::new(),
             fences: FenceBook::default(),
             seen: HashMap::new(),
-            recently_shed: HashMap::new(),
+            held_back: HashMap::new(),
             next_watch_ms: None,
             per_round: PER_ROUND,
             view_rounds: 0,
@@ -106,6 +113,7 @@ impl Supervision {
             draining_owners: HashSet::new(),
             lapsed_owners: HashMap::new(),
             instance: None,
+            write_window: usize::MAX,
         }
     }
 
@@ -145,6 +153,12 @@ impl Supervision {
                 None => item.clone(),
             })
             .collect()
+    }
+
+    /// The congestion window of the worker's lease requests (see
+    /// [`crate::decide::WriteWindow`]): caps the acquires of the next rounds.
+    pub fn on_write_window(&mut self, window: usize) {
+        self.write_window = window.max(1);
     }
 
     /// The settings decided with.
@@ -201,7 +215,8 @@ impl Supervision {
             MAX_PER_ROUND
         } else {
             self.per_round
-        };
+        }
+        .min(self.write_window);
         PlanLimits {
             max_streams: self.settings.max_streams,
             per_round,
@@ -294,19 +309,18 @@ impl Supervision {
             duplicate_owners,
         };
 
-        let cooldown = self.settings.scan * 2;
         let known = &self.known;
-        self.recently_shed.retain(|stream_id, (at, fence)| {
+        self.held_back.retain(|stream_id, (until, fence)| {
             let taken_since = known
                 .iter()
                 .find(|i| i.stream_id == *stream_id)
                 .is_some_and(|i| i.fence_token.unwrap_or(0) > *fence);
-            now.duration_since(*at) < cooldown && !taken_since
+            now < *until && !taken_since
         });
         let acquire: Vec<Attempt> = plan
             .acquire
             .into_iter()
-            .filter(|s| !self.recently_shed.contains_key(s))
+            .filter(|s| !self.held_back.contains_key(s))
             .map(|stream_id| {
                 let seen = self
                     .known
@@ -337,14 +351,9 @@ impl Supervision {
                 (s, reason)
             })
             .collect();
+        let cooldown = self.settings.scan * 2;
         for (stream_id, _) in &release {
-            let fence = self
-                .known
-                .iter()
-                .find(|i| i.stream_id == *stream_id)
-                .and_then(|i| i.fence_token)
-                .unwrap_or(0);
-            self.recently_shed.insert(stream_id.clone(), (now, fence));
+            self.hold_back(stream_id, now + cooldown);
         }
         Round {
             forget_draining,
@@ -355,6 +364,33 @@ impl Supervision {
             target: plan.target,
             deferred: plan.deferred,
         }
+    }
+
+    /// Not taken back before `until` unless someone takes it first (see `held_back`).
+    fn hold_back(&mut self, stream_id: &str, until: Instant) {
+        let fence = self
+            .known
+            .iter()
+            .find(|i| i.stream_id == stream_id)
+            .and_then(|i| i.fence_token)
+            .unwrap_or(0);
+        let slot = self
+            .held_back
+            .entry(stream_id.to_string())
+            .or_insert((until, fence));
+        *slot = (slot.0.max(until), fence);
+    }
+
+    /// A stream this worker ran stopped at `now` without a confirmed release (its lease was
+    /// lost, its release unanswered, its task failed), or an acquire of it went unanswered: not
+    /// tried again for a lease + the skew margin while the table shows it as this worker left it.
+    /// Its renewals, release or acquire may still be held in the network and land late; one
+    /// more acquire would renew a lease no one serves, and the others would wait out that lease
+    /// too (campaign seed 1 run 7, `late_apply`: a takeover of 5,700 ms at a 2 s lease). An
+    /// unanswered acquire that did land shows a higher fence: the stream is then taken at once.
+    pub fn on_unconfirmed(&mut self, stream_id: &str, now: Instant) {
+        let until = now + self.settings.lease + self.settings.skew;
+        self.hold_back(stream_id, until);
     }
 
     /// Lapsed owners stay out of the live count for at least one lease and while they hold
@@ -538,55 +574,6 @@ impl Supervision {
             self.settings.fleet_poll.min(FLEET_POLL_DRAINING)
         }
     }
-}
-
-/// The part of an item that changes when its lease is renewed or taken.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct ItemState {
-    owner_id: Option<String>,
-    fence_token: Option<u64>,
-    lease_expires_at: Option<i64>,
-}
-
-impl ItemState {
-    fn of(item: &LeaseItem) -> Self {
-        ItemState {
-            owner_id: item.owner_id.clone(),
-            fence_token: item.fence_token,
-            lease_expires_at: item.lease_expires_at,
-        }
-    }
-
-    /// The state as a [`Seen`] when someone other than `me` holds the lease (or another
-    /// process under `me`'s id: `other_instance`).
-    fn held_by_other(self, me: &str, other_instance: bool) -> Option<Seen> {
-        match (self.owner_id, self.fence_token, self.lease_expires_at) {
-            (Some(owner_id), Some(fence_token), Some(lease_expires_at))
-                if owner_id != me || other_instance =>
-            {
-                Some(Seen {
-                    owner_id,
-                    fence_token,
-                    lease_expires_at,
-                })
-            }
-            _ => None,
-        }
-    }
-}
-
-/// The owner name another process under `me`'s id is planned as (never a real `OWNER_ID`:
-/// it holds a space).
-pub fn instance_alias(me: &str, instance: &str) -> String {
-    format!("{me} (instance {instance})")
-}
-
-/// Whether `owner` is an [`instance_alias`] of `me`.
-fn is_instance_alias(me: &str, owner: &str) -> bool {
-    owner
-        .strip_prefix(me)
-        .and_then(|rest| rest.strip_prefix(" (instance "))
-        .is_some_and(|rest| rest.ends_with(')'))
 }
 
 /// `base` ± 10 % (`unit` in `[0, 1)`), so that workers started together do not act in lockstep.

@@ -417,3 +417,50 @@ proptest! {
         sim.check_settled(streams, quiet)?;
     }
 }
+
+/// A stream this worker lost (or whose acquire went unanswered) is not tried again while the
+/// table still shows it as the worker left it: a held write may yet land. Once the lease + skew
+/// have passed, or once the item shows a higher fence (the unanswered acquire landed, or someone
+/// else took it), it is a candidate again.
+#[test]
+fn a_stream_lost_unconfirmed_is_held_back_until_its_lease_has_passed() {
+    let t0 = Instant::now();
+    let base = 1_000_000;
+    let mine = |fence: u64| LeaseItem {
+        stream_id: "s-1".into(),
+        owner_id: Some("me".into()),
+        owner_instance: Some("i".into()),
+        fence_token: Some(fence),
+        lease_expires_at: Some(base + LEASE_MS),
+        ..LeaseItem::default()
+    };
+    let mut core = Supervision::new(settings(), "me").with_instance("i");
+    core.on_scan(vec![mine(4)], Vec::new(), Duration::from_millis(5), t0);
+    core.on_unconfirmed("s-1", t0);
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    let round = core.round(&HashMap::new(), base + 100, at(100));
+    assert!(round.acquire.is_empty(), "held back: {round:?}");
+    let round = core.round(&HashMap::new(), base + 3_000, at(3_000));
+    assert!(
+        round.acquire.is_empty(),
+        "still inside lease + skew: {round:?}"
+    );
+    let round = core.round(
+        &HashMap::new(),
+        base + (LEASE_MS + SKEW_MS) + 1,
+        at((LEASE_MS + SKEW_MS) as u64 + 1),
+    );
+    assert_eq!(
+        round.acquire.len(),
+        1,
+        "taken back once its lease has passed"
+    );
+
+    // An unanswered acquire that landed: the next scan shows a higher fence; taken at once.
+    let mut core = Supervision::new(settings(), "me").with_instance("i");
+    core.on_scan(vec![mine(4)], Vec::new(), Duration::from_millis(5), t0);
+    core.on_unconfirmed("s-1", t0);
+    core.on_scan(vec![mine(5)], Vec::new(), Duration::from_millis(5), at(200));
+    let round = core.round(&HashMap::new(), base + 200, at(200));
+    assert_eq!(round.acquire.len(), 1, "landed: taken back at once");
+}

@@ -25,6 +25,51 @@ impl Timing {
     }
 }
 
+/// The timeline a stream's lease is written on: the last expiry the table accepted from this
+/// worker (Unix ms), carried forward on the monotonic clock from when its request was sent.
+///
+/// A renewal asks for the later of "wall clock + lease" and that carried expiry, and judges "not
+/// expired yet" by the earlier of the wall clock and the carried time. So a wall clock stepped
+/// back still renews (its own "now + lease" would lie below the stored expiry, which the
+/// monotone condition refuses: the worker then gave its streams up at its deadline, and the
+/// fleet took them a lease later — campaign seed 1 run 1, `clock_step -6000`), and a wall clock
+/// stepped forward still passes the condition's "not yet expired" check. Safety is unchanged:
+/// the written expiry never ends in real time before the local deadline, which is counted on the
+/// monotonic clock from the request's start, and ownership still rests on owner and fence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTimeline {
+    expires_ms: i64,
+    sent: Instant,
+    lease_ms: i64,
+}
+
+impl LeaseTimeline {
+    /// A lease the table accepted with `expires_ms`, by a request sent at `sent`.
+    pub fn new(expires_ms: i64, sent: Instant, lease: Duration) -> Self {
+        LeaseTimeline {
+            expires_ms,
+            sent,
+            lease_ms: lease.as_millis() as i64,
+        }
+    }
+
+    /// `(now, expires)` for a renewal sent at `now` (the monotonic clock) when the wall clock
+    /// reads `wall_ms`: the condition's "now" and the expiry to write.
+    pub fn renewal(&self, wall_ms: i64, now: Instant) -> (i64, i64) {
+        let carried = self.expires_ms + now.saturating_duration_since(self.sent).as_millis() as i64;
+        let expires = carried.max(wall_ms + self.lease_ms);
+        (wall_ms.min(carried - self.lease_ms), expires)
+    }
+
+    /// A renewal sent at `sent` asking for `expires_ms` was applied.
+    pub fn on_applied(&mut self, expires_ms: i64, sent: Instant) {
+        if expires_ms >= self.expires_ms {
+            self.expires_ms = expires_ms;
+            self.sent = sent;
+        }
+    }
+}
+
 /// How long a sequence jump without a gap notice is retried before the missing events are
 /// recorded as lost and consumption continues after them.
 pub const JUMP_PATIENCE: Duration = Duration::from_secs(5);

@@ -1,9 +1,8 @@
 //! Unit and property tests of the decision core, on a virtual clock.
 
 use super::*;
-use lease_table::LeaseItem;
 use proptest::prelude::*;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -14,25 +13,6 @@ fn timing() -> Timing {
     Timing {
         lease: LEASE,
         safety_margin: MARGIN,
-    }
-}
-
-fn item(id: &str, owner: Option<&str>, expires: Option<i64>) -> LeaseItem {
-    LeaseItem {
-        stream_id: id.to_string(),
-        owner_id: owner.map(str::to_string),
-        lease_expires_at: expires,
-        ..LeaseItem::default()
-    }
-}
-
-fn limits(max: usize) -> PlanLimits {
-    PlanLimits {
-        max_streams: max,
-        per_round: 8,
-        skew_ms: 200,
-        quiet_ms: 0,
-        stale_ms: i64::MAX,
     }
 }
 
@@ -54,6 +34,31 @@ fn deadline_counts_from_the_request_start() {
         core.deadline(),
         t0 + Duration::from_millis(1000) + LEASE - MARGIN
     );
+}
+
+#[test]
+fn the_lease_timeline_carries_the_written_expiry_on_the_monotonic_clock() {
+    let t0 = Instant::now();
+    let lease = Duration::from_millis(2_000);
+    let mut timeline = LeaseTimeline::new(10_000, t0, lease);
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    // Clocks agree: wall clock + lease, judged at the wall clock.
+    assert_eq!(timeline.renewal(8_500, at(500)), (8_500, 10_500));
+    timeline.on_applied(10_500, at(500));
+    // The wall clock stepped 6 s back: the carried expiry, past the stored one, so the
+    // monotone condition holds; judged at the wall clock (the earlier).
+    assert_eq!(timeline.renewal(3_500, at(1_000)), (3_500, 11_000));
+    timeline.on_applied(11_000, at(1_000));
+    // Stepped 8 s forward: the wall clock's expiry; judged at the carried time, so the
+    // condition's "not expired yet" still holds against the stored 11,000.
+    assert_eq!(timeline.renewal(17_500, at(1_500)), (9_500, 19_500));
+    timeline.on_applied(19_500, at(1_500));
+    // Never backwards, whatever the wall clock does next.
+    let (_, expires) = timeline.renewal(0, at(2_000));
+    assert_eq!(expires, 20_000);
+    // An answer to an older request never moves the anchor back.
+    timeline.on_applied(12_000, at(1_900));
+    assert_eq!(timeline.renewal(0, at(2_000)).1, 20_000);
 }
 
 #[test]
@@ -145,386 +150,6 @@ fn backoff_is_bounded_and_stops_at_the_deadline() {
     assert!(core.retry_after(b, 3, 0.5, t0).is_some());
     let late = core.deadline() - Duration::from_millis(100);
     assert_eq!(core.retry_after(b, 5, 0.5, late), None);
-}
-
-#[test]
-fn free_and_expired_streams_are_candidates_held_ones_are_watched() {
-    let now = 100_000;
-    let items = vec![
-        item("free", None, None),
-        item("expired", Some("dead"), Some(now - 1_000)),
-        item("skewed", Some("b"), Some(now - 100)), // within the skew margin: still held
-        item("held", Some("b"), Some(now + 5_000)),
-        item("mine-stale", Some("me"), Some(now + 5_000)),
-    ];
-    let plan = plain(&items, &HashSet::new(), now);
-    let mut acquire = plan.acquire.clone();
-    acquire.sort();
-    assert_eq!(acquire, ["expired", "free", "mine-stale"]);
-    let mut watch = plan.watch.clone();
-    watch.sort();
-    assert_eq!(
-        watch,
-        [
-            ("held".to_string(), now + 5_201),
-            ("skewed".to_string(), now + 101)
-        ]
-    );
-    assert_eq!(plan.live_owners, 2, "b and me; `dead` let a lease lapse");
-    assert_eq!(plan.target, 3);
-}
-
-#[test]
-fn an_owner_with_a_lapsed_lease_is_not_counted_live() {
-    let now = 50_000;
-    let items = vec![
-        item("a", Some("x"), Some(now - 5_000)),
-        item("b", Some("x"), Some(now + 5_000)),
-        item("c", Some("y"), Some(now + 5_000)),
-        item("d", Some("y"), Some(now + 5_000)),
-    ];
-    let plan = plain(&items, &HashSet::new(), now);
-    assert_eq!(plan.live_owners, 2);
-    assert_eq!(plan.acquire, ["a"]);
-}
-
-#[test]
-fn a_draining_owner_is_not_counted_live_and_its_released_streams_are_taken() {
-    let now = 50_000;
-    // x is draining: it released a and b already and still holds c and d for a moment.
-    let items = vec![
-        item("a", None, None),
-        item("b", None, None),
-        item("c", Some("x"), Some(now + 5_000)),
-        item("d", Some("x"), Some(now + 5_000)),
-    ];
-    let draining: HashSet<String> = ["x".to_string()].into();
-    let plan = plan(
-        &items,
-        &[],
-        &draining,
-        "me",
-        &HashSet::new(),
-        &Unchanged::new(),
-        now,
-        limits(usize::MAX),
-    );
-    // Alone with x gone, the whole table is this worker's share: both free streams now, and
-    // x's held ones are watched, never bid on.
-    assert_eq!(plan.live_owners, 1);
-    assert_eq!(plan.target, 4);
-    let mut acquire = plan.acquire.clone();
-    acquire.sort();
-    assert_eq!(acquire, ["a", "b"]);
-    assert_eq!(plan.watch.len(), 2);
-    assert_eq!(plan.bid, None);
-
-    // Without the signal x counts as live: half the table each.
-    let counted = plan_without_draining(&items, now);
-    assert_eq!(counted.live_owners, 2);
-    assert_eq!(counted.target, 2);
-}
-
-#[test]
-fn a_lapsed_owner_is_reported_and_stays_out_while_remembered() {
-    let now = 50_000;
-    // x died: one lease lapsed (taken by me since), two still run out. y and me hold 2 each.
-    let mut items = vec![
-        item("x1", Some("x"), Some(now - 1_000)),
-        item("x2", Some("x"), Some(now + 2_000)),
-        item("x3", Some("x"), Some(now + 2_500)),
-        item("y1", Some("y"), Some(now + 5_000)),
-        item("y2", Some("y"), Some(now + 5_000)),
-        item("m1", Some("me"), Some(now + 5_000)),
-        item("m2", Some("me"), Some(now + 5_000)),
-    ];
-    let owned: HashSet<String> = ["m1".to_string(), "m2".to_string()].into();
-    let first = plain(&items, &owned, now);
-    assert_eq!(first.lapsed, ["x"]);
-    assert_eq!(first.live_owners, 2, "y and me");
-    assert_eq!(first.target, 4);
-    assert_eq!(first.acquire, ["x1"]);
-
-    // x1 taken: the view no longer shows a lapsed lease of x. Forgotten, x looks live again
-    // and the share shrinks (what made takeovers shed and churn); remembered, it does not.
-    items[0] = item("x1", Some("me"), Some(now + 10_000));
-    let owned: HashSet<String> = ["m1", "m2", "x1"].iter().map(|s| s.to_string()).collect();
-    let forgot = plain(&items, &owned, now);
-    assert_eq!(forgot.live_owners, 3);
-    assert_eq!(forgot.target, 3);
-    let leaving: HashSet<String> = ["x".to_string()].into();
-    let kept = plan(
-        &items,
-        &[],
-        &leaving,
-        "me",
-        &owned,
-        &Unchanged::new(),
-        now,
-        limits(usize::MAX),
-    );
-    assert_eq!(kept.live_owners, 2);
-    assert_eq!(kept.target, 4);
-    assert!(kept.shed.is_empty());
-    assert_eq!(kept.bid, None, "a leaving owner is never bid on");
-}
-
-#[test]
-fn a_bid_from_an_owner_whose_lease_lapsed_counts_for_nothing() {
-    let now = 50_000;
-    // x bid on one of my streams, then died: its lease lapsed.
-    let items = vec![
-        item("x1", Some("x"), Some(now - 1_000)),
-        item("m1", Some("me"), Some(now + 5_000)),
-        item("m2", Some("me"), Some(now + 5_000)),
-        item("m3", Some("me"), Some(now + 5_000)),
-    ];
-    let owned: HashSet<String> = ["m1", "m2", "m3"].iter().map(|s| s.to_string()).collect();
-    let p = plan(
-        &items,
-        &[bid("m1", "x")],
-        &HashSet::new(),
-        "me",
-        &owned,
-        &Unchanged::new(),
-        now,
-        limits(usize::MAX),
-    );
-    assert_eq!(p.live_owners, 1, "x's bid does not make it live");
-    assert_eq!(p.target, 4);
-    assert!(p.shed.is_empty() && p.honoured.is_empty(), "{p:?}");
-    assert_eq!(p.acquire, ["x1"]);
-}
-
-/// A plan by "me" with no bids, nobody leaving and no cap.
-fn plain(items: &[LeaseItem], owned: &HashSet<String>, now: i64) -> Plan {
-    plan(
-        items,
-        &[],
-        &HashSet::new(),
-        "me",
-        owned,
-        &Unchanged::new(),
-        now,
-        limits(usize::MAX),
-    )
-}
-
-fn plan_without_draining(items: &[LeaseItem], now: i64) -> Plan {
-    plain(items, &HashSet::new(), now)
-}
-
-#[test]
-fn excess_above_fair_share_plus_one_is_shed() {
-    let now = 0;
-    let mut items: Vec<LeaseItem> = (0..10)
-        .map(|i| item(&format!("s{i}"), Some("me"), Some(now + 9_000)))
-        .collect();
-    items.push(item("t0", Some("other"), Some(now + 9_000)));
-    let owned: HashSet<String> = (0..10).map(|i| format!("s{i}")).collect();
-    // 11 streams, 2 live owners: target 6, owned 10 → shed 4.
-    let plan = plain(&items, &owned, now);
-    assert_eq!(plan.target, 6);
-    assert_eq!(plan.shed.len(), 4);
-    assert!(plan.shed.iter().all(|s| owned.contains(s)));
-    assert!(plan.acquire.is_empty());
-}
-
-fn bid(stream: &str, bidder: &str) -> Bid {
-    Bid {
-        stream_id: stream.to_string(),
-        bidder: bidder.to_string(),
-        at: 0,
-    }
-}
-
-#[test]
-fn a_bid_from_a_worker_two_below_is_answered_and_only_then() {
-    let now = 0;
-    // 7 streams, me 3, b 1, c 3 → target ⌈7/3⌉ = 3: the excess rule sheds nothing.
-    let mut items: Vec<LeaseItem> = (0..3)
-        .map(|i| item(&format!("s{i}"), Some("me"), Some(now + 9_000)))
-        .collect();
-    items.push(item("t0", Some("b"), Some(now + 9_000)));
-    items.extend((0..3).map(|i| item(&format!("u{i}"), Some("c"), Some(now + 9_000))));
-    let owned: HashSet<String> = (0..3).map(|i| format!("s{i}")).collect();
-    let run = |items: &[LeaseItem], bids: &[Bid]| {
-        plan(
-            items,
-            bids,
-            &HashSet::new(),
-            "me",
-            &owned,
-            &Unchanged::new(),
-            now,
-            limits(usize::MAX),
-        )
-    };
-    let quiet = run(&items, &[]);
-    assert_eq!(quiet.target, 3);
-    assert!(quiet.shed.is_empty());
-
-    // b (1) bids on s1: me (3) holds two more, so it hands s1 over.
-    let answered = run(&items, &[bid("s1", "b")]);
-    assert_eq!(answered.shed, ["s1"]);
-    assert_eq!(answered.honoured, ["s1"]);
-
-    // A bid on a stream that is not mine, or from a worker only one below, is not answered.
-    assert!(run(&items, &[bid("u0", "b")]).shed.is_empty());
-    items.push(item("t1", Some("b"), Some(now + 9_000)));
-    let close = run(&items, &[bid("s1", "b")]);
-    assert!(close.shed.is_empty(), "{close:?}");
-}
-
-/// A stream released in answer to a bid belongs to its bidder: a third worker with room leaves
-/// it alone (else the bidder stays starved, bids again, and one stream circles the fleet), and
-/// the bidder takes it at once, ahead of the herd order.
-#[test]
-fn a_stream_handed_over_for_a_bid_goes_to_the_bidder() {
-    let now = 10_000;
-    // Released by a moments ago (updated_at = now - 100), after b bid on it (at = now - 500).
-    let mut released = item("x", None, None);
-    released.updated_at = Some(now - 100);
-    let mut items = vec![released];
-    items.extend((0..3).map(|i| item(&format!("b{i}"), Some("b"), Some(now + 9_000))));
-    items.extend((0..3).map(|i| item(&format!("c{i}"), Some("c"), Some(now + 9_000))));
-    let fresh_bid = Bid {
-        at: now - 500,
-        ..bid("x", "b")
-    };
-    let run = |me: &str, bids: &[Bid]| {
-        let owned: HashSet<String> = items
-            .iter()
-            .filter(|i| i.owner_id.as_deref() == Some(me))
-            .map(|i| i.stream_id.clone())
-            .collect();
-        plan(
-            &items,
-            bids,
-            &HashSet::new(),
-            me,
-            &owned,
-            &Unchanged::new(),
-            now,
-            limits(usize::MAX),
-        )
-    };
-    // "me" holds nothing: it would take the free stream, but it is b's.
-    let third = run("me", std::slice::from_ref(&fresh_bid));
-    assert!(!third.acquire.contains(&"x".to_string()), "{third:?}");
-    // b, the bidder, takes it now.
-    let bidder = run("b", std::slice::from_ref(&fresh_bid));
-    assert_eq!(bidder.acquire, ["x"]);
-    // With no bid on it, the release is contended by herd rank as usual (me comes early enough).
-    assert!(run("me", &[]).acquire.contains(&"x".to_string()));
-    // A bid placed after the release was not answered by it: no reservation.
-    let later = Bid {
-        at: now - 50,
-        ..bid("x", "b")
-    };
-    assert!(run("me", &[later]).acquire.contains(&"x".to_string()));
-    // A bidder that left (draining) reserves nothing.
-    let leaving: HashSet<String> = ["b".to_string()].into();
-    let p = plan(
-        &items,
-        &[fresh_bid],
-        &leaving,
-        "me",
-        &HashSet::new(),
-        &Unchanged::new(),
-        now,
-        limits(usize::MAX),
-    );
-    assert!(p.acquire.contains(&"x".to_string()), "{p:?}");
-}
-
-#[test]
-fn a_worker_bids_only_on_an_owner_two_above_it() {
-    let now = 0;
-    // 7 streams: a holds 3, b holds 3, me holds 1 → target ⌈7/3⌉ = 3, nothing free.
-    let mut items = vec![item("m0", Some("me"), Some(now + 9_000))];
-    items.extend((0..3).map(|i| item(&format!("a{i}"), Some("a"), Some(now + 9_000))));
-    items.extend((0..3).map(|i| item(&format!("b{i}"), Some("b"), Some(now + 9_000))));
-    let owned: HashSet<String> = ["m0".to_string()].into();
-    let p = plain(&items, &owned, now);
-    let target = p.bid.expect("me (1) is two below a and b (3)");
-    assert!(
-        target.starts_with('a'),
-        "ties go to the lower owner name: {target}"
-    );
-    // With two of its own, nobody holds two more: no bid.
-    items.push(item("m1", Some("me"), Some(now + 9_000)));
-    let owned: HashSet<String> = ["m0".to_string(), "m1".to_string()].into();
-    let p = plain(&items, &owned, now);
-    assert_eq!(p.bid, None);
-}
-
-#[test]
-fn the_next_watch_is_the_earliest_future_expiry_of_others() {
-    let now = 10_000;
-    let items = vec![
-        item("mine", Some("me"), Some(now + 100)),
-        item("gone", Some("a"), Some(now - 5_000)),
-        item("soon", Some("a"), Some(now + 700)),
-        item("late", Some("b"), Some(now + 3_000)),
-        item("free", None, None),
-        item("run", Some("x"), Some(now + 50)),
-    ];
-    let owned: HashSet<String> = ["run".to_string()].into();
-    assert_eq!(
-        next_watch(
-            &items,
-            "me",
-            &owned,
-            &[],
-            &Unchanged::new(),
-            now,
-            limits(usize::MAX)
-        ),
-        Some(now + 901)
-    );
-    assert_eq!(
-        next_watch(
-            &items,
-            "me",
-            &owned,
-            &[],
-            &Unchanged::new(),
-            now + 901,
-            limits(usize::MAX)
-        ),
-        Some(now + 3_201)
-    );
-    assert_eq!(
-        next_watch(
-            &items,
-            "me",
-            &owned,
-            &[],
-            &Unchanged::new(),
-            now + 3_201,
-            limits(usize::MAX)
-        ),
-        None
-    );
-}
-
-fn arb_items() -> impl Strategy<Value = Vec<LeaseItem>> {
-    let owners = prop::sample::select(vec!["a", "b", "c", "me"]);
-    prop::collection::vec(
-        (
-            prop::option::of(owners),
-            prop::option::of(-10_000i64..10_000),
-        ),
-        0..40,
-    )
-    .prop_map(|specs| {
-        specs
-            .into_iter()
-            .enumerate()
-            .map(|(i, (owner, expires))| item(&format!("s{i:03}"), owner, expires))
-            .collect()
-    })
 }
 
 proptest! {
@@ -634,95 +259,4 @@ proptest! {
         }
     }
 
-    /// A plan never exceeds the fair share, the cap or the per-round limit, never targets a stream
-    /// held by another live owner, and sheds only above fair share + 1.
-    #[test]
-    fn plans_respect_fair_share_and_leases(
-        items in arb_items(),
-        owned_mask in prop::collection::vec(any::<bool>(), 40),
-        max in 1usize..30,
-    ) {
-        let now = 0i64;
-        let owned: HashSet<String> = items
-            .iter()
-            .zip(&owned_mask)
-            .filter(|(i, m)| **m && i.owner_id.as_deref() == Some("me"))
-            .map(|(i, _)| i.stream_id.clone())
-            .collect();
-        let l = limits(max);
-        let p = plan(&items, &[], &HashSet::new(), "me", &owned, &Unchanged::new(), now, l);
-        prop_assert!(p.target <= max);
-        prop_assert!(p.acquire.len() <= l.per_round);
-        prop_assert!(owned.len() + p.acquire.len() <= p.target.max(owned.len()));
-        for id in &p.acquire {
-            let it = items.iter().find(|i| &i.stream_id == id).unwrap();
-            prop_assert!(!owned.contains(id));
-            let free = it.owner_id.is_none()
-                || it.owner_id.as_deref() == Some("me")
-                || it.lease_expires_at.is_some_and(|t| t < now - l.skew_ms);
-            prop_assert!(free, "{:?} is held", it);
-        }
-        if !p.shed.is_empty() {
-            prop_assert!(owned.len() > p.target + 1);
-            prop_assert!(p.shed.iter().all(|s| owned.contains(s)));
-        }
-    }
-
-    /// Workers planning in turn over one table (a cold start, then a churn of rounds, with
-    /// bids written on items and answered by their holders) settle: every stream owned, counts
-    /// within one of each other, nobody above ⌈streams / workers⌉ + 1, and then nothing moves
-    /// and nobody bids any more.
-    #[test]
-    fn cold_start_spreads_over_workers(workers in 1usize..12, streams in 0usize..120) {
-        let names: Vec<String> = (0..workers).map(|w| format!("w{w}")).collect();
-        let mut table: Vec<LeaseItem> = (0..streams).map(|s| item(&format!("s{s:03}"), None, None)).collect();
-        let now = 1_000_000;
-        // One bid slot per item, as in the table.
-        let mut bids: HashMap<String, Bid> = HashMap::new();
-        let rounds = 200;
-        let mut last_change = 0;
-        let mut last_bid = 0;
-        for round in 0..rounds {
-            for me in &names {
-                let owned: HashSet<String> = table
-                    .iter()
-                    .filter(|i| i.owner_id.as_deref() == Some(me.as_str()))
-                    .map(|i| i.stream_id.clone())
-                    .collect();
-                let others: Vec<Bid> = bids.values().filter(|b| b.bidder != *me).cloned().collect();
-                let p = plan(&table, &others, &HashSet::new(), me, &owned, &Unchanged::new(), now, limits(usize::MAX));
-                prop_assert!(p.honoured.iter().all(|s| p.shed.contains(s)));
-                if let Some(stream_id) = p.bid {
-                    last_bid = round;
-                    bids.insert(stream_id.clone(), Bid { stream_id, bidder: me.clone(), at: now });
-                }
-                for id in p.acquire {
-                    let it = table.iter_mut().find(|i| i.stream_id == id).unwrap();
-                    it.owner_id = Some(me.clone());
-                    it.lease_expires_at = Some(now + 10_000);
-                    last_change = round;
-                }
-                for id in p.shed {
-                    let it = table.iter_mut().find(|i| i.stream_id == id).unwrap();
-                    it.owner_id = None;
-                    it.lease_expires_at = None;
-                    last_change = round;
-                }
-            }
-        }
-        prop_assert!(last_change < rounds - 10, "ownership still moving in round {last_change}");
-        prop_assert!(last_bid < rounds - 10, "still bidding in round {last_bid}");
-        prop_assert!(table.iter().all(|i| i.owner_id.is_some()), "a stream was left unowned");
-        let counts: Vec<usize> = names
-            .iter()
-            .map(|me| table.iter().filter(|i| i.owner_id.as_deref() == Some(me.as_str())).count())
-            .collect();
-        let (lo, hi) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
-        prop_assert!(hi - lo <= 1, "counts {counts:?} spread more than one");
-        let fair = streams.div_ceil(workers);
-        for me in &names {
-            let n = table.iter().filter(|i| i.owner_id.as_deref() == Some(me.as_str())).count();
-            prop_assert!(n <= fair + 1, "{me} owns {n}, fair share {fair}");
-        }
-    }
 }

@@ -19,7 +19,7 @@ use lease_table::ops::Outcome;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::decide::{renewal_superseded, Backoff, LostReason, StreamCore, Timing};
+use crate::decide::{renewal_superseded, Backoff, LeaseTimeline, LostReason, StreamCore, Timing};
 use crate::lease::LeaseTable;
 use crate::metrics::{Metrics, StreamStats};
 use crate::sink::{Sink, SinkAnswer};
@@ -79,6 +79,8 @@ pub struct Acquired {
     pub started: Instant,
     /// The same instant on the wall clock (Unix ms), for the phase log line.
     pub started_unix_ms: i64,
+    /// The `lease_expires_at` the table accepted (Unix ms).
+    pub expires: i64,
     /// When the acquiring request was answered.
     pub answered: Instant,
 }
@@ -177,6 +179,8 @@ struct Runner {
     phases: Option<Phases>,
     /// The HTTP status of the sink's permanent rejection this stream is halted on, if it is.
     halted: Option<u16>,
+    /// The timeline renewals write the lease on.
+    timeline: LeaseTimeline,
 }
 
 impl Runner {
@@ -188,6 +192,7 @@ impl Runner {
             shared.timing,
             shared.enforce_deadline,
         );
+        let timeline = LeaseTimeline::new(acquired.expires, acquired.started, shared.timing.lease);
         let stats = shared.metrics.track_stream(&acquired.stream_id);
         stats.fence.store(acquired.fence, Ordering::Relaxed);
         stats.taken.store(acquired.checkpoint, Ordering::Relaxed);
@@ -227,6 +232,7 @@ impl Runner {
                 first_event: None,
             }),
             halted: None,
+            timeline,
         }
     }
 
@@ -391,12 +397,10 @@ impl Runner {
         let table = self.shared.table.clone();
         let id = self.id.clone();
         let fence = self.core.fence();
-        let lease = self.shared.timing.lease;
-        let now_ms = lease_table::now_ms();
-        let expires = now_ms + lease.as_millis() as i64;
+        let (now_ms, expires) = self.timeline.renewal(lease_table::now_ms(), now);
         let fut = Box::pin(async move {
             table
-                .renew(&id, fence, lease, checkpoint, now_ms, timeout)
+                .renew(&id, fence, now_ms, expires, checkpoint, timeout)
                 .await
         });
         self.renewing = Some((
@@ -413,6 +417,7 @@ impl Runner {
     /// A renewal took effect (its lease is in the table); `checkpoint` is what it persisted.
     fn renewed(&mut self, renewal: Renewal, checkpoint: Option<u64>, now: Instant) -> Option<Exit> {
         self.core.on_renewed(renewal.started);
+        self.timeline.on_applied(renewal.expires, renewal.started);
         if let Some(cp) = checkpoint {
             self.core.on_checkpoint_written(cp);
             self.stats
