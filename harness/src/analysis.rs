@@ -7,7 +7,7 @@ use std::path::Path;
 
 use hdrhistogram::Histogram;
 
-use crate::history::{Action, Outcome, Receipt, Record, WorkerExit};
+use crate::history::{Action, LeaseOp, Outcome, Receipt, Record, WorkerExit};
 use crate::report_json::{
     CheckpointAhead, FaultSummary, GapRange, HarnessStats, Percentiles, Report, ReportConfig,
     StreamStall, Takeover, WorkerCrash,
@@ -116,6 +116,8 @@ struct Analyser {
     actions: Vec<(Action, StreamIndex)>,
     /// (stream, action index) pairs already used to explain a takeover.
     used: HashMap<String, Vec<usize>>,
+    /// Fences each stream's owners released cleanly (a `release` lease change).
+    released: HashMap<String, Vec<u64>>,
     takeover_ms: Vec<u64>,
     lease_remaining_ms: Vec<u64>,
     saw_end: bool,
@@ -229,6 +231,12 @@ impl Analyser {
                 _ => {}
             },
             Record::Lease(l) => {
+                if let (LeaseOp::Release, Some(fence)) = (&l.op, l.fence_token) {
+                    self.released
+                        .entry(l.stream_id.clone())
+                        .or_default()
+                        .push(fence);
+                }
                 if let Some(t) = &mut self.timeline {
                     t.lease(&l);
                 }
@@ -293,7 +301,7 @@ impl Analyser {
             self.report.totals.warmup_takeovers += 1;
             return;
         }
-        let mut takeover = Takeover {
+        let takeover = Takeover {
             stream_id: r.stream_id.clone(),
             from_owner: previous.0,
             to_owner: r.owner_id,
@@ -302,24 +310,41 @@ impl Analyser {
             at_ms: r.t_ms,
             ..Takeover::default()
         };
-        if let Some(i) = self.cause(&r.stream_id, &takeover.from_owner, previous.1, r.t_ms) {
+        self.report.totals.takeovers += 1;
+        self.report.takeovers.push(takeover);
+    }
+
+    /// Names the fault that caused each takeover and times it from there, in history order.
+    /// Done once the whole history is read: a clean release seen by the lease observer can be
+    /// written after the new owner's first receipt (seed 1 run 63: 30 ms after it).
+    fn attribute_takeovers(&mut self) {
+        let mut takeovers = std::mem::take(&mut self.report.takeovers);
+        for takeover in &mut takeovers {
+            let stream = takeover.stream_id.as_str();
+            let Some(i) = self.cause(
+                stream,
+                &takeover.from_owner,
+                takeover.from_fence,
+                takeover.at_ms,
+            ) else {
+                continue;
+            };
             let (action, streams) = &self.actions[i];
-            let (_, remaining) = streams[&r.stream_id];
-            let ms = r.t_ms.saturating_sub(action.t_ms);
+            let (_, remaining) = streams[stream];
+            let ms = takeover.at_ms.saturating_sub(action.t_ms);
             takeover.takeover_ms = Some(ms);
             takeover.lease_remaining_ms = Some(remaining);
             takeover.cause = Some(action.action.clone());
             takeover.fault = action.fault;
             self.takeover_ms.push(ms);
             self.lease_remaining_ms.push(remaining.max(0) as u64);
-            self.used.entry(r.stream_id.clone()).or_default().push(i);
+            self.used.entry(stream.to_string()).or_default().push(i);
             let summary = &mut self.report.faults[i];
             summary.takeovers += 1;
             summary.takeover_ms_max = summary.takeover_ms_max.max(Some(ms));
             self.report.totals.fault_takeovers += 1;
         }
-        self.report.totals.takeovers += 1;
-        self.report.takeovers.push(takeover);
+        self.report.takeovers = takeovers;
     }
 
     /// The latest action at or before `t_ms` that listed `stream` and has not explained an
@@ -343,11 +368,20 @@ impl Analyser {
             .find(|(_, (_, s))| s[stream].0 == from_fence)
             .or_else(|| candidates().find(|(_, (a, _))| a.target == from_owner))
             .map(|(i, _)| i)?;
+        // A stream its owner released cleanly was handed over: only a terminate (a drain, a
+        // deploy's stop) makes a worker release what it holds; after any other fault it was
+        // a shed or a bid answered later — the fleet rebalancing, not that fault's takeover
+        // (campaign seed 1 run 11 timed a shed to a newly started worker from an upstream
+        // reset 3.4 s before, during which every renewal had gone through).
+        let released = self
+            .released
+            .get(stream)
+            .is_some_and(|fences| fences.contains(&from_fence));
         // A fault that took several actions (a terminate whose worker outlived its stop
         // timeout, then the SIGKILL) caused the takeover with its first: time it from there.
         let (first, _) = &self.actions[latest];
         let fence = self.actions[latest].1[stream].0;
-        candidates()
+        let chosen = candidates()
             .filter(|(_, (a, s))| {
                 a.fault.is_some()
                     && a.fault == first.fault
@@ -356,7 +390,11 @@ impl Analyser {
             })
             .map(|(i, _)| i)
             .min()
-            .or(Some(latest))
+            .unwrap_or(latest);
+        let terminated = [chosen, latest]
+            .iter()
+            .any(|&i| self.actions[i].0.action == "terminate");
+        (!released || terminated).then_some(chosen)
     }
 
     /// Worker exits no action of the harness caused, in time order.
@@ -379,6 +417,7 @@ impl Analyser {
     }
 
     fn finish(mut self) -> Report {
+        self.attribute_takeovers();
         if !self.saw_start {
             self.report
                 .errors

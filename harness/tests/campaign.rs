@@ -45,12 +45,7 @@ fn a_small_campaign_on_a_healthy_worker_passes() {
             "7",
             "--duration-seconds",
             "10",
-            // Every kind but late_apply and clock_step, whose open liveness defects can miss
-            // the takeover bound now and then (.ci/run says which).
-            "--faults",
-            "kill,pause,terminate,start,rolling_deploy,partition,latency,bandwidth,reset,\
-             half_open,throttle,unanswered,sink_error,sink_slow,upstream_drop,upstream_pause,\
-             upstream_gap",
+            // Every kind (the default).
         ],
     );
     assert_exit(&output, 0);
@@ -139,9 +134,8 @@ fn a_broken_worker_fails_shrinks_to_one_fault_and_replays() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&replay.stderr);
-    // The comparison ran. (Whether it says "the same schedule" is not asserted yet: one run of
-    // this test on a loaded machine reported a difference that was not reproduced; under
-    // investigation, see the campaign's report.)
-    assert!(stderr.contains("replay: "), "{stderr}");
+    // The same actions, per fault, in order, on the same targets (offsets drift by scheduling
+    // and are reported, not judged).
+    assert!(stderr.contains("replay: the same schedule"), "{stderr}");
     assert_exit(&replay, 1); // the broken worker fails again
 }

@@ -496,3 +496,60 @@ fn an_absurd_seq_in_a_history_is_an_error_not_an_allocation() {
         report.errors
     );
 }
+
+fn released(t_ms: u64, fence: u64) -> Record {
+    Record::Lease(crate::history::LeaseChange {
+        t_ms,
+        stream_id: "s-0001".into(),
+        op: LeaseOp::Release,
+        owner_id: None,
+        fence_token: Some(fence),
+        lease_expires_at: None,
+        checkpoint: Some(1),
+        updated_at: None,
+    })
+}
+
+/// A stream its owner released cleanly after a fault that does not make workers release (a
+/// shed to a worker started later) is the fleet rebalancing, not that fault's takeover
+/// (campaign seed 1 run 11 timed such a shed from an upstream reset 3.4 s before, run 63 one
+/// from a throttle 7.5 s before). A terminate's release is its takeover.
+#[test]
+fn a_clean_release_is_blamed_only_on_a_terminate() {
+    let shed = analyse(vec![
+        start(),
+        accepted(100, 1, 1, "worker-1"),
+        action(500, "reset", 1, 2_500),
+        accepted(4_000, 2, 2, "worker-2"),
+        // The lease observer saw the release after the new owner's first receipt (run 63).
+        released(4_030, 1),
+        last_seq(2),
+        end(10_000),
+    ]);
+    assert_eq!(shed.totals.takeovers, 1);
+    assert_eq!(shed.takeovers[0].cause, None, "{:?}", shed.takeovers[0]);
+    assert_eq!(shed.totals.fault_takeovers, 0);
+
+    let drained = analyse(vec![
+        start(),
+        accepted(100, 1, 1, "worker-1"),
+        action(500, "terminate", 1, 2_500),
+        released(600, 1),
+        accepted(700, 2, 2, "worker-2"),
+        last_seq(2),
+        end(10_000),
+    ]);
+    assert_eq!(drained.takeovers[0].cause.as_deref(), Some("terminate"));
+    assert_eq!(drained.takeovers[0].takeover_ms, Some(200));
+
+    // Lost without a release: the fault's takeover, as before.
+    let lost = analyse(vec![
+        start(),
+        accepted(100, 1, 1, "worker-1"),
+        action(500, "partition", 1, 2_500),
+        accepted(4_000, 2, 2, "worker-2"),
+        last_seq(2),
+        end(10_000),
+    ]);
+    assert_eq!(lost.takeovers[0].cause.as_deref(), Some("partition"));
+}

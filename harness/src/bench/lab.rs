@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
@@ -40,6 +40,9 @@ pub struct LabSpec {
     pub seed: u64,
     /// Extra worker environment.
     pub env: BTreeMap<String, String>,
+    /// Route every worker's three links (DynamoDB, upstream, sink) through the harness's
+    /// fault proxies, with no fault applied: what the proxies cost.
+    pub proxied: bool,
 }
 
 /// A running lab. [`Lab::finish`] ends it and returns its history.
@@ -123,6 +126,17 @@ impl Lab {
             env.insert(settings::ACQUIRE_MODE.into(), mode.clone());
         }
         env.extend(spec.env.clone());
+        let mut hooks: Vec<Arc<dyn crate::fleet::SpawnHook>> = Vec::new();
+        if spec.proxied {
+            use crate::scenario::menu::Link;
+            let servers = crate::faults::links::servers(endpoint, upstream_addr, sink.addr())?;
+            let every = [Link::Dynamodb, Link::Upstream, Link::Sink]
+                .into_iter()
+                .collect();
+            hooks.push(Arc::new(crate::faults::links::Links::new(
+                every, servers, spec.seed,
+            )?));
+        }
         let fleet = Fleet::new(
             FleetConfig {
                 bin: bin.to_path_buf(),
@@ -130,7 +144,7 @@ impl Lab {
                 env,
                 worker_env: BTreeMap::new(),
                 args: Vec::new(),
-                hooks: Vec::new(),
+                hooks,
             },
             recorder.clone(),
         );
@@ -258,6 +272,40 @@ impl Lab {
             for (k, v) in metrics::sum_by_label(&text?, metric, label) {
                 *total.entry(k).or_default() += v;
             }
+        }
+        Ok(total)
+    }
+
+    /// Sums a counter family over the series matching `filter`, over every live worker but
+    /// `except` (a scrape failure fails the measurement, as in [`Lab::counters`]).
+    pub async fn counter_where(
+        &self,
+        metric: &str,
+        filter: &[(&str, &str)],
+        except: &str,
+    ) -> anyhow::Result<f64> {
+        let addrs: Vec<(String, SocketAddr)> = {
+            let addrs = self.addrs.lock().expect("addrs lock poisoned");
+            self.fleet
+                .alive()
+                .into_iter()
+                .filter(|n| n != except)
+                .map(|n| {
+                    let a = addrs.get(&n).copied().ok_or_else(|| {
+                        anyhow::anyhow!("{metric}: no metrics address for {n} (not ready?)")
+                    })?;
+                    Ok((n, a))
+                })
+                .collect::<anyhow::Result<_>>()?
+        };
+        let scrapes = addrs.iter().map(|(name, a)| async move {
+            metrics::scrape(&self.http, *a)
+                .await
+                .map_err(|e| anyhow::anyhow!("{metric}: scraping {name} at {a}: {e}"))
+        });
+        let mut total = 0.0;
+        for text in futures_util::future::join_all(scrapes).await {
+            total += metrics::sum_where(&text?, metric, filter);
         }
         Ok(total)
     }

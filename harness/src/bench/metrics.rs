@@ -39,6 +39,32 @@ pub fn sum_by_label(text: &str, metric: &str, label: &str) -> BTreeMap<String, f
     out
 }
 
+/// The sum of one counter family over the series whose labels include every `(label, value)`
+/// of `filter`, from Prometheus text.
+pub fn sum_where(text: &str, metric: &str, filter: &[(&str, &str)]) -> f64 {
+    let mut total = 0.0;
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(metric).and_then(|r| r.strip_prefix('{')) else {
+            continue;
+        };
+        let Some((labels, value)) = rest.split_once('}') else {
+            continue;
+        };
+        let Ok(value) = value.trim().parse::<f64>() else {
+            continue;
+        };
+        let pairs: Vec<(&str, &str)> = labels
+            .split(',')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.trim(), v.trim().trim_matches('"')))
+            .collect();
+        if filter.iter().all(|f| pairs.contains(f)) {
+            total += value;
+        }
+    }
+    total
+}
+
 /// Fetches `http://ADDR/metrics`.
 pub async fn scrape(client: &reqwest::Client, addr: SocketAddr) -> anyhow::Result<String> {
     let response = client
@@ -116,6 +142,16 @@ mod tests {
         assert_eq!(by_op["scan"], 3.0);
         assert_eq!(by_op.len(), 2);
         assert_eq!(sum_by_label(text, EVENTS_PUBLISHED, "x")[""], 42.0);
+        assert_eq!(sum_where(text, DYNAMODB_REQUESTS, &[("op", "renew")]), 12.0);
+        assert_eq!(
+            sum_where(
+                text,
+                DYNAMODB_REQUESTS,
+                &[("outcome", "ok"), ("op", "scan")]
+            ),
+            3.0
+        );
+        assert_eq!(sum_where(text, DYNAMODB_REQUESTS, &[("op", "bid")]), 0.0);
     }
 
     #[test]

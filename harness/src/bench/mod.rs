@@ -101,6 +101,11 @@ pub struct ThroughputArgs {
     /// Seconds each step is measured. Default 15, quick 6.
     #[arg(long)]
     pub step_seconds: Option<u64>,
+    /// Route the workers' links through the harness's fault proxies (no fault applied):
+    /// `none`, `all` (every link of every worker), or `both` (each step measured without, then
+    /// with, side by side: what the fault machinery costs when a scenario uses it).
+    #[arg(long, default_value = "none", value_parser = ["none", "all", "both"])]
+    pub proxies: String,
 }
 
 /// Set by the first Ctrl-C or SIGTERM. The bench finishes the fault or step it is in (its
@@ -336,6 +341,11 @@ async fn throughput_main(
             }
         }),
         step_ms: a.step_seconds.unwrap_or(if quick { 6 } else { 15 }) * 1000,
+        proxies: match a.proxies.as_str() {
+            "all" => vec![true],
+            "both" => vec![false, true],
+            _ => vec![false],
+        },
         seed: a.common.seed,
         dynamodb,
         worker_bin: a.common.worker_bin.clone(),

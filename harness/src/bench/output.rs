@@ -84,6 +84,9 @@ pub fn takeover_table(bench: &TakeoverBench) -> Table {
                     ms(r.acquired_to_accepted_ms.p99)
                 )
                 .into(),
+                r.conflicts_per_takeover
+                    .map_or("–".to_string(), |c| format!("{c:.2}"))
+                    .into(),
             ]
         })
         .collect();
@@ -97,6 +100,7 @@ pub fn takeover_table(bench: &TakeoverBench) -> Table {
         "overhead p50 / p99 / max ms",
         "fault→acquired p50 / p99 ms",
         "acquired→accepted p50 / p99 ms",
+        "conflicts per takeover",
     ]);
     table("takeover", "Takeover", headers, rows)
 }

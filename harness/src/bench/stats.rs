@@ -153,6 +153,11 @@ pub struct TakeoverRow {
     pub connect_ms: Dist,
     pub replay_ms: Dist,
     pub first_accept_ms: Dist,
+    /// Acquires the other workers had refused (lost conditional writes) between the faults'
+    /// signals and every stream held again, over these faults.
+    pub conflicts: u64,
+    /// `conflicts` per stream taken over (issue #17: ≤ 2).
+    pub conflicts_per_takeover: Option<f64>,
 }
 
 /// Summarises the samples of one kind.
@@ -192,6 +197,8 @@ pub fn row(
         connect_ms: of(&|s| s.phases.map(|p| p.connect as i64)),
         replay_ms: of(&|s| s.phases.map(|p| p.replay as i64)),
         first_accept_ms: of(&|s| s.phases.map(|p| p.first_accept as i64)),
+        conflicts: 0,
+        conflicts_per_takeover: None,
     }
 }
 

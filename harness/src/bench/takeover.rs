@@ -151,6 +151,7 @@ pub async fn run(options: &TakeoverOptions) -> anyhow::Result<TakeoverBench> {
                 workers: sweep.workers,
                 rate: sweep.rate,
                 seed: sweep.seed ^ lease_ms,
+                proxied: false,
                 env: sweep
                     .scan_seconds
                     .map(|s| ("SCAN_SECONDS".to_string(), s.to_string()))
@@ -284,6 +285,7 @@ async fn one_mode(
     let mut errors = Vec::new();
     let mut listed = [0usize; 2];
     let mut faults = [0usize; 2];
+    let mut conflicts = [0u64; 2];
     for index in 0..options.sweep.runs * 2 {
         if options.interrupt.is_set() {
             interrupted = true;
@@ -295,10 +297,11 @@ async fn one_mode(
             Kind::Handoff
         };
         match fault_cycle(&lab, index, kind, rng.next_u64()).await {
-            Ok((n, problem)) => {
-                listed[kind as usize] += n;
+            Ok(cycle) => {
+                listed[kind as usize] += cycle.streams;
+                conflicts[kind as usize] += cycle.conflicts;
                 faults[kind as usize] += 1;
-                errors.extend(problem.map(|p| format!("{}: {p}", lab.spec.name)));
+                errors.extend(cycle.problem.map(|p| format!("{}: {p}", lab.spec.name)));
             }
             Err(e) => {
                 errors.push(format!("{}: fault {index}: {e}", lab.spec.name));
@@ -344,7 +347,7 @@ async fn one_mode(
                     kind.name()
                 ));
             }
-            stats::row(
+            let mut row = stats::row(
                 lease,
                 renew,
                 &mode,
@@ -352,7 +355,11 @@ async fn one_mode(
                 &samples,
                 faults[kind as usize],
                 missing,
-            )
+            );
+            row.conflicts = conflicts[kind as usize];
+            row.conflicts_per_takeover = (listed[kind as usize] > 0)
+                .then(|| conflicts[kind as usize] as f64 / listed[kind as usize] as f64);
+            row
         })
         .collect();
     Ok(Some(ModeResult {
@@ -367,15 +374,14 @@ async fn one_mode(
     }))
 }
 
+/// How long before the earliest expiry of a killed worker's leases the table is read a last
+/// time for the crash floor.
+const FLOOR_REREAD_BEFORE_MS: i64 = 300;
+
 /// One fault: pick a random owner (seeded draw), signal it, wait until another worker holds
 /// each of its streams under a higher fence, start a replacement, let the fleet settle.
-/// Returns how many streams the victim held and a problem worth reporting, if any.
-async fn fault_cycle(
-    lab: &Lab,
-    index: usize,
-    kind: Kind,
-    draw: u64,
-) -> anyhow::Result<(usize, Option<String>)> {
+/// Returns how many streams the victim held, the conflicts, and a problem worth reporting.
+async fn fault_cycle(lab: &Lab, index: usize, kind: Kind, draw: u64) -> anyhow::Result<Cycle> {
     let (lease, renew) = (lab.spec.lease_ms, lab.spec.renew_ms);
     let items = lab.snapshot().await?;
     let now = lease_table::now_ms();
@@ -397,6 +403,11 @@ async fn fault_cycle(
         Kind::Crash => libc::SIGKILL,
         Kind::Handoff => libc::SIGTERM,
     };
+    // Conditional-write conflicts the takeover costs: refused acquires by the other workers
+    // from the signal until every stream is held again.
+    let refused_before = lab
+        .counter_where(DYNAMODB_REQUESTS, REFUSED_ACQUIRES, &victim)
+        .await?;
     let t_ms = lab.recorder.now_ms();
     let kill_ms = lease_table::now_ms();
     if !lab.fleet.signal(&victim, signal) {
@@ -408,6 +419,20 @@ async fn fault_cycle(
         tokio::time::sleep(crate::faults::KILL_SETTLE).await;
         let after = lab.snapshot().await?;
         crate::faults::settle_after_kill(&mut streams, &after, &victim, kill_ms);
+        // On a DynamoDB Local shared by two fleets, such a renewal can queue for seconds (at
+        // lease 10 s, a stream of a killed worker was taken a renew interval past a floor read
+        // 150 ms after the kill, 2026-12-04): read once more just before the earliest expiry,
+        // when nothing can have been taken yet, so the floor is the lease the table granted.
+        let earliest = streams.iter().map(|s| s.lease_remaining_ms).min();
+        if let Some(earliest) = earliest {
+            let due = kill_ms + earliest - FLOOR_REREAD_BEFORE_MS;
+            let wait = due - lease_table::now_ms();
+            if wait > 0 {
+                tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+                let later = lab.snapshot().await?;
+                crate::faults::settle_after_kill(&mut streams, &later, &victim, kill_ms);
+            }
+        }
     }
     lab.recorder.record(Record::Action(Action {
         t_ms,
@@ -453,6 +478,10 @@ async fn fault_cycle(
         // on DynamoDB Local, which the workers share.
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    let conflicts = lab
+        .counter_where(DYNAMODB_REQUESTS, REFUSED_ACQUIRES, &victim)
+        .await?
+        - refused_before;
     // The first accepted batch follows the acquisition: give it a moment to land.
     let accept_deadline = Instant::now() + Duration::from_secs(3);
     while lab.sink.fence_raises() < raises_before + streams.len() as u64
@@ -467,8 +496,24 @@ async fn fault_cycle(
     lab.spawn_ready().await?;
     // Let the newcomer bid and the others shed before the next fault.
     tokio::time::sleep(Duration::from_millis((3 * renew).clamp(1_500, 12_000))).await;
-    Ok((streams.len(), problem))
+    Ok(Cycle {
+        streams: streams.len(),
+        conflicts: conflicts.max(0.0) as u64,
+        problem,
+    })
 }
+
+/// What one fault cycle found.
+struct Cycle {
+    /// Streams the victim held.
+    streams: usize,
+    /// Acquires the other workers had refused meanwhile.
+    conflicts: u64,
+    problem: Option<String>,
+}
+
+/// The acquires a takeover's contenders lose: `lease_worker_dynamodb_requests_total` series.
+const REFUSED_ACQUIRES: &[(&str, &str)] = &[("op", "acquire"), ("outcome", "conditional_failed")];
 
 #[cfg(test)]
 mod tests {

@@ -30,6 +30,9 @@ pub struct ThroughputOptions {
     pub streams: Vec<usize>,
     pub rates: Vec<f64>,
     pub step_ms: u64,
+    /// Each step is measured once per entry: `false` direct links, `true` every link through
+    /// the harness's proxies.
+    pub proxies: Vec<bool>,
     pub seed: u64,
     pub dynamodb: dynamodb_local::Mode,
     pub worker_bin: Option<PathBuf>,
@@ -43,6 +46,8 @@ pub struct Step {
     pub streams: usize,
     pub rate_per_stream: f64,
     pub workers: usize,
+    /// Every link of every worker went through the harness's proxies (no fault applied).
+    pub proxied: bool,
     pub window_ms: u64,
     pub produced_per_s: f64,
     pub accepted_per_s: f64,
@@ -98,24 +103,32 @@ pub async fn run(options: &ThroughputOptions) -> anyhow::Result<Throughput> {
                 interrupted = true;
                 break 'streams;
             }
-            eprintln!(
-                "bench throughput: {streams} streams × {rate} events/s over {} workers",
-                options.workers
-            );
-            let step = measure(options, &ddb, &bin, streams, rate).await;
-            let step = match step {
-                Ok(s) => s,
-                Err(e) => failed_step(options, streams, rate, format!("{e:#}")),
-            };
-            eprintln!(
-                "  produced {:.0}/s accepted {:.0}/s, workers {:.2} cores, harness {:.0} % of the machine",
-                step.produced_per_s,
-                step.accepted_per_s,
-                step.worker_cores,
-                step.harness_cpu_share * 100.0
-            );
-            let sustained = step.sustained;
-            steps.push(step);
+            let mut sustained = true;
+            for &proxied in &options.proxies {
+                if options.interrupt.is_set() {
+                    interrupted = true;
+                    break 'streams;
+                }
+                eprintln!(
+                    "bench throughput: {streams} streams × {rate} events/s over {} workers{}",
+                    options.workers,
+                    if proxied { ", every link proxied" } else { "" }
+                );
+                let step = measure(options, &ddb, &bin, streams, rate, proxied).await;
+                let step = match step {
+                    Ok(s) => s,
+                    Err(e) => failed_step(options, streams, rate, proxied, format!("{e:#}")),
+                };
+                eprintln!(
+                    "  produced {:.0}/s accepted {:.0}/s, workers {:.2} cores, harness {:.0} % of the machine",
+                    step.produced_per_s,
+                    step.accepted_per_s,
+                    step.worker_cores,
+                    step.harness_cpu_share * 100.0
+                );
+                sustained &= step.sustained;
+                steps.push(step);
+            }
             if !sustained {
                 // A higher rate on as many streams will not do better; more streams neither.
                 if rate == options.rates[0] {
@@ -126,9 +139,12 @@ pub async fn run(options: &ThroughputOptions) -> anyhow::Result<Throughput> {
         }
     }
     drop(ddb);
+    // The headline figures come from the first way of linking measured (direct, unless only
+    // proxied steps ran).
+    let headline = options.proxies.first().copied().unwrap_or(false);
     let best = steps
         .iter()
-        .filter(|s| s.sustained)
+        .filter(|s| s.sustained && s.proxied == headline)
         .max_by(|a, b| a.accepted_per_s.total_cmp(&b.accepted_per_s))
         .cloned();
     let max_streams_sustained = steps
@@ -137,7 +153,8 @@ pub async fn run(options: &ThroughputOptions) -> anyhow::Result<Throughput> {
         .map(|s| s.streams)
         .max()
         .unwrap_or(0);
-    let b = best.unwrap_or_else(|| failed_step(options, 0, 0.0, "no step was sustained".into()));
+    let b =
+        best.unwrap_or_else(|| failed_step(options, 0, 0.0, false, "no step was sustained".into()));
     Ok(Throughput {
         events_per_s: b.accepted_per_s,
         events_per_s_per_worker_core: b.events_per_s_per_worker_core,
@@ -156,11 +173,18 @@ pub async fn run(options: &ThroughputOptions) -> anyhow::Result<Throughput> {
     })
 }
 
-fn failed_step(options: &ThroughputOptions, streams: usize, rate: f64, error: String) -> Step {
+fn failed_step(
+    options: &ThroughputOptions,
+    streams: usize,
+    rate: f64,
+    proxied: bool,
+    error: String,
+) -> Step {
     Step {
         streams,
         rate_per_stream: rate,
         workers: options.workers,
+        proxied,
         window_ms: 0,
         produced_per_s: 0.0,
         accepted_per_s: 0.0,
@@ -192,9 +216,14 @@ async fn measure(
     bin: &Path,
     streams: usize,
     rate: f64,
+    proxied: bool,
 ) -> anyhow::Result<Step> {
     let spec = LabSpec {
-        name: format!("throughput-{streams}x{rate}"),
+        name: format!(
+            "throughput-{streams}x{rate}{}",
+            if proxied { "-proxied" } else { "" }
+        ),
+        proxied,
         lease_ms: 30_000,
         renew_ms: 10_000,
         skew_margin_ms: 200,
@@ -248,6 +277,7 @@ async fn measure(
             streams,
             rate_per_stream: rate,
             workers: options.workers,
+            proxied,
             window_ms,
             produced_per_s: produced as f64 / seconds,
             accepted_per_s,
@@ -284,6 +314,7 @@ pub fn table(t: &Throughput) -> Table {
             vec![
                 st.streams.to_string().into(),
                 st.rate_per_stream.to_string().into(),
+                if st.proxied { "proxied" } else { "direct" }.into(),
                 format!("{:.0}", st.produced_per_s).into(),
                 format!("{:.0}", st.accepted_per_s).into(),
                 if st.sustained { "yes" } else { "no" }.into(),
@@ -297,6 +328,7 @@ pub fn table(t: &Throughput) -> Table {
     let headers = [
         "streams",
         "rate/stream",
+        "links",
         "produced/s",
         "accepted/s",
         "sustained",
@@ -318,6 +350,26 @@ pub fn table(t: &Throughput) -> Table {
         t.harness_cpu_share * 100.0,
         t.cores
     );
+    let mut note = note;
+    for direct in t.steps.iter().filter(|s| !s.proxied && s.window_ms > 0) {
+        let Some(proxied) = t.steps.iter().find(|p| {
+            p.proxied
+                && p.window_ms > 0
+                && p.streams == direct.streams
+                && p.rate_per_stream == direct.rate_per_stream
+        }) else {
+            continue;
+        };
+        note.push_str(&format!(
+            "; proxies at {} × {}: harness {:.1} % of the machine with every link proxied, {:.1} % without; accepted {:.0}/s vs {:.0}/s",
+            direct.streams,
+            direct.rate_per_stream,
+            proxied.harness_cpu_share * 100.0,
+            direct.harness_cpu_share * 100.0,
+            proxied.accepted_per_s,
+            direct.accepted_per_s
+        ));
+    }
     Table {
         id: "throughput",
         title: "Throughput steps".to_string(),

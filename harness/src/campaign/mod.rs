@@ -74,20 +74,20 @@ async fn campaign(args: &CampaignArgs) -> Result<u8, String> {
     let worker_bin = crate::fleet::resolve_worker_bin(args.worker_bin.as_deref())?;
     std::fs::create_dir_all(args.out.join("runs"))
         .map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
-    let ddb = dynamodb_local::DynamoLocal::start(&dynamodb_local::Options {
-        mode: dynamodb,
-        ..dynamodb_local::Options::default()
-    })
-    .await
-    .map_err(|e| format!("DynamoDB Local: {e}"))?;
+    let restart_every = match dynamodb {
+        dynamodb_local::Mode::Endpoint(_) => 0,
+        _ => args.restart_dynamodb_every,
+    };
+    let backend = runner::Backend::start(dynamodb, restart_every)
+        .await
+        .map_err(|e| format!("DynamoDB Local: {e}"))?;
     let (tx, signals) = watch::channel(0u32);
     let listener = tokio::spawn(count_signals(tx));
     let runner = runner::Runner {
         out: args.out.clone(),
         config,
         runs: args.runs,
-        endpoint: ddb.endpoint().to_string(),
-        client: ddb.client(),
+        backend: tokio::sync::Mutex::new(backend),
         worker_bin,
         takeover_bound_ms: args.takeover_bound_ms(),
         keep_history: args.keep == "history",
@@ -97,7 +97,7 @@ async fn campaign(args: &CampaignArgs) -> Result<u8, String> {
     };
     let finished = runner.run_all().await.map_err(|e| e.to_string())?;
     listener.abort();
-    drop(ddb);
+    let restarts = runner.backend.lock().await.restarts;
     let mut summary = summary::summarise(&finished.outcomes, finished.failed);
     summary.command = command_line();
     summary.seed = args.seed;
@@ -105,6 +105,7 @@ async fn campaign(args: &CampaignArgs) -> Result<u8, String> {
     summary.interrupted = finished.interrupted;
     summary.harness.wall_ms = started.elapsed().as_millis() as u64;
     summary.harness.shrink_runs = finished.shrink_runs;
+    summary.harness.dynamodb_restarts = restarts;
     write(&args.out, &summary).map_err(|e| format!("writing the summary: {e}"))?;
     eprintln!(
         "campaign: {} of {} runs violated; {} ({:.0} s)",

@@ -126,10 +126,11 @@ pub fn tables(c: &Campaign) -> Vec<Table> {
         })
         .collect(),
         note: Some(format!(
-            "Campaign wall time {:.1} s for {} runs and {} shrink runs.",
+            "Campaign wall time {:.1} s for {} runs and {} shrink runs; DynamoDB Local started again {} times.",
             c.harness.wall_ms as f64 / 1000.0,
             c.runs,
-            c.harness.shrink_runs
+            c.harness.shrink_runs,
+            c.harness.dynamodb_restarts
         )),
     });
     out.push(Table {

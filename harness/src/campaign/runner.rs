@@ -1,5 +1,5 @@
-//! Runs a campaign: one provisioned DynamoDB endpoint and one worker binary for every run, a
-//! fresh lease table per run, each run's schedule written as `runs/NNN/scenario.toml` and run
+//! Runs a campaign: one provisioned DynamoDB endpoint (started again every N runs) and one worker
+//! binary for every run, a fresh lease table per run, each run's schedule written as `runs/NNN/scenario.toml` and run
 //! through the ordinary `harness run` path, judged, pruned, and shrunk when it failed. Ctrl-C
 //! finishes the run in progress; a second one stops it at once. Progress goes to stderr.
 
@@ -24,8 +24,7 @@ pub struct Runner {
     pub out: PathBuf,
     pub config: GenConfig,
     pub runs: u32,
-    pub endpoint: String,
-    pub client: Client,
+    pub backend: tokio::sync::Mutex<Backend>,
     pub worker_bin: PathBuf,
     pub takeover_bound_ms: u64,
     pub keep_history: bool,
@@ -33,6 +32,63 @@ pub struct Runner {
     pub shrink_failures: usize,
     /// Counts the signals received: 1 finishes the run in progress, 2 stops it.
     pub signals: watch::Receiver<u32>,
+}
+
+/// The DynamoDB every run uses (a fresh table each), started again every `restart_every` runs.
+pub struct Backend {
+    mode: dynamodb_local::Mode,
+    ddb: dynamodb_local::DynamoLocal,
+    restart_every: u32,
+    runs_since: u32,
+    /// How many times it was started again.
+    pub restarts: u32,
+}
+
+impl Backend {
+    /// Provisions `mode`; `restart_every` = 0 never starts it again.
+    pub async fn start(
+        mode: dynamodb_local::Mode,
+        restart_every: u32,
+    ) -> Result<Self, dynamodb_local::ProvisionError> {
+        let ddb = Self::provision(&mode).await?;
+        Ok(Backend {
+            mode,
+            ddb,
+            restart_every,
+            runs_since: 0,
+            restarts: 0,
+        })
+    }
+
+    async fn provision(
+        mode: &dynamodb_local::Mode,
+    ) -> Result<dynamodb_local::DynamoLocal, dynamodb_local::ProvisionError> {
+        dynamodb_local::DynamoLocal::start(&dynamodb_local::Options {
+            mode: mode.clone(),
+            ..dynamodb_local::Options::default()
+        })
+        .await
+    }
+
+    /// The endpoint and a client for the next run, after starting a fresh instance when
+    /// `restart_every` runs have used this one.
+    async fn next_run(&mut self) -> Result<(String, Client), RunError> {
+        if self.restart_every > 0 && self.runs_since >= self.restart_every {
+            eprintln!(
+                "campaign: starting a fresh DynamoDB Local after {} runs",
+                self.runs_since
+            );
+            let fresh = Self::provision(&self.mode)
+                .await
+                .map_err(|e| RunError::Failed(format!("restarting DynamoDB Local: {e}")))?;
+            // The old instance stops when dropped, after the new one answers.
+            self.ddb = fresh;
+            self.runs_since = 0;
+            self.restarts += 1;
+        }
+        self.runs_since += 1;
+        Ok((self.ddb.endpoint().to_string(), self.ddb.client()))
+    }
 }
 
 /// What a campaign produced.
@@ -139,11 +195,12 @@ impl Runner {
         let scenario = dir.join("scenario.toml");
         std::fs::write(&scenario, schedule.to_toml())
             .map_err(|e| RunError::Invalid(format!("cannot write {}: {e}", scenario.display())))?;
+        let (endpoint, client) = self.backend.lock().await.next_run().await?;
         let options = RunOptions {
             scenario,
             out: dir.clone(),
             seed: None,
-            dynamodb: dynamodb_local::Mode::Endpoint(self.endpoint.clone()),
+            dynamodb: dynamodb_local::Mode::Endpoint(endpoint),
             worker_bin: Some(self.worker_bin.clone()),
             table: Some(table.to_string()),
             quiet: true,
@@ -157,7 +214,7 @@ impl Runner {
         let result = crate::run::run(&options, second).await;
         let wall_ms = started.elapsed().as_millis() as u64;
         let harness_cpu_ms = crate::usage::self_usage().0.saturating_sub(cpu_before);
-        let _ = self.client.delete_table().table_name(table).send().await;
+        let _ = client.delete_table().table_name(table).send().await;
         if *self.signals.borrow() >= 2 {
             return Ok(None);
         }

@@ -71,14 +71,17 @@ pub fn judge(report: &Value, takeover_bound_ms: u64) -> (Vec<String>, Vec<String
             keys.push(e["metric"].as_str().unwrap_or("?").to_string());
         }
     }
+    let periods = fault_periods(report);
     let slow: Vec<&Value> = report["takeovers"]
         .as_array()
         .into_iter()
         .flatten()
         .filter(|t| {
-            t["takeover_ms"]
-                .as_u64()
-                .is_some_and(|ms| ms > takeover_bound_ms)
+            let (Some(ms), Some(at)) = (t["takeover_ms"].as_u64(), t["at_ms"].as_u64()) else {
+                return false;
+            };
+            let new_owner = t["to_owner"].as_str().unwrap_or("");
+            ms > takeover_bound_ms + blocked(&periods, new_owner, at.saturating_sub(ms), at)
         })
         .collect();
     if let Some(worst) = slow.iter().max_by_key(|t| t["takeover_ms"].as_u64()) {
@@ -93,6 +96,41 @@ pub fn judge(report: &Value, takeover_bound_ms: u64) -> (Vec<String>, Vec<String
         keys.push("takeover_bound".to_string());
     }
     (reasons, keys)
+}
+
+/// The periods `[start, end)` of the run's faults, each with its target (from the report's
+/// `faults`, each closed by its `heal` or `resume`; one without is instantaneous).
+fn fault_periods(report: &Value) -> Vec<(&str, u64, u64)> {
+    let faults: Vec<&Value> = report["faults"].as_array().into_iter().flatten().collect();
+    let closing = |f: &Value| f["action"] == "heal" || f["action"] == "resume";
+    faults
+        .iter()
+        .filter(|f| !closing(f))
+        .filter_map(|f| {
+            let start = f["t_ms"].as_u64()?;
+            let end = faults
+                .iter()
+                .filter(|h| closing(h) && h["fault"] == f["fault"])
+                .filter_map(|h| h["t_ms"].as_u64())
+                .find(|&t| t >= start)
+                .unwrap_or(start);
+            Some((f["target"].as_str().unwrap_or(""), start, end))
+        })
+        .collect()
+}
+
+/// How long the faults that keep `new_owner` from delivering — those on the sink, on the
+/// upstream, or aimed at `new_owner` itself — cover of `[from, to)`. A takeover is timed to
+/// the new owner's first accepted event, which no worker produces while the sink fails or its
+/// own links are cut: the campaign's bound grows by that much (seed 1 run 16: a takeover waited
+/// out a 2.8 s `sink_error`; run 92: the new owner acquired in time, but a `reset` of its
+/// upstream link held its first event 3.3 s).
+fn blocked(periods: &[(&str, u64, u64)], new_owner: &str, from: u64, to: u64) -> u64 {
+    periods
+        .iter()
+        .filter(|(target, ..)| ["sink", "upstream", new_owner].contains(target))
+        .map(|&(_, start, end)| end.min(to).saturating_sub(start.max(from)))
+        .sum()
 }
 
 /// The fault-caused takeover times of a report.
@@ -216,6 +254,9 @@ pub struct Overhead {
     pub run_harness_cpu_ms: Percentiles,
     /// Runs spent shrinking.
     pub shrink_runs: usize,
+    /// Times DynamoDB Local was started again (`--restart-dynamodb-every`).
+    #[serde(default)]
+    pub dynamodb_restarts: u32,
 }
 
 /// The campaign's summary over `outcomes`; `failed` carries the shrink results.
@@ -276,5 +317,60 @@ pub fn summarise(outcomes: &[RunOutcome], failed: Vec<Failed>) -> Campaign {
         },
         run_results: outcomes.to_vec(),
         ..Campaign::default()
+    }
+}
+
+#[cfg(test)]
+mod judge_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn report(faults: Value) -> Value {
+        json!({
+            "errors": [],
+            "expectations": [],
+            "faults": faults,
+            "takeovers": [{"stream_id": "s-0002", "from_owner": "worker-2", "to_owner": "worker-1",
+                           "at_ms": 16_732, "takeover_ms": 5_024}],
+        })
+    }
+
+    /// Seed 1 run 16: the new owner's first event waited out a sink outage.
+    #[test]
+    fn a_sink_outage_during_a_takeover_extends_its_bound_by_the_overlap() {
+        let bandwidth =
+            json!({"fault": 1, "action": "bandwidth", "target": "worker-2", "t_ms": 11_708});
+        let (reasons, _) = judge(&report(json!([bandwidth])), 5_000);
+        assert_eq!(reasons.len(), 1, "no sink fault: over the bound");
+
+        let with_outage = json!([
+            bandwidth,
+            {"fault": 2, "action": "sink_error", "target": "sink", "t_ms": 13_402},
+            {"fault": 2, "action": "heal", "target": "sink", "t_ms": 16_203},
+        ]);
+        let (reasons, keys) = judge(&report(with_outage), 5_000);
+        assert!(reasons.is_empty(), "{reasons:?} {keys:?}");
+        // The overlap only: an outage over before the takeover began does not count.
+        let early = json!([
+            bandwidth,
+            {"fault": 2, "action": "sink_error", "target": "sink", "t_ms": 1_000},
+            {"fault": 2, "action": "heal", "target": "sink", "t_ms": 4_000},
+        ]);
+        assert_eq!(judge(&report(early), 5_000).0.len(), 1);
+    }
+
+    /// Seed 1 run 92: a fault on the new owner's own link held its first event; one on
+    /// another worker does not count.
+    #[test]
+    fn a_fault_on_the_new_owner_extends_the_bound_and_one_elsewhere_does_not() {
+        let reset = |target: &str| {
+            json!([
+                {"fault": 0, "action": "bandwidth", "target": "worker-2", "t_ms": 11_708},
+                {"fault": 1, "action": "reset", "target": target, "t_ms": 12_000},
+                {"fault": 1, "action": "heal", "target": target, "t_ms": 15_000},
+            ])
+        };
+        assert!(judge(&report(reset("worker-1")), 5_000).0.is_empty());
+        assert_eq!(judge(&report(reset("worker-3")), 5_000).0.len(), 1);
     }
 }
