@@ -182,15 +182,34 @@ pub fn plan(
             contested.push((id, released));
         }
     }
-    for (id, base) in contested {
-        if now_ms >= base + herd_delay_ms(herd_position(me, &contenders, id)) {
-            candidates.push(id);
-        }
-    }
     let live_owners = live.len() + 1;
     let target = items.len().div_ceil(live_owners).min(limits.max_streams);
+    // Who is first in line for each freed stream: a worker already at its share holds no
+    // place (see [`Lines`]).
+    let others: Vec<(&str, usize)> = contenders
+        .iter()
+        .map(|o| {
+            (
+                *o,
+                target.saturating_sub(held_by.get(o).map_or(0, Vec::len)),
+            )
+        })
+        .collect();
+    let mut freed: Vec<&str> = contested.iter().map(|(id, _)| *id).collect();
+    freed.sort_unstable();
+    let lines = Lines::new(me, target.saturating_sub(owned.len()), &others, &freed);
+    let mut place: HashMap<&str, usize> = HashMap::new();
+    for (id, base) in contested {
+        let position = lines.place(id);
+        if now_ms >= base + herd_delay_ms(position) {
+            candidates.push(id);
+            place.insert(id, position);
+        }
+    }
 
-    candidates.sort_by_key(|id| (rank(me, id), *id));
+    // The streams this worker is first in line for come first, so its room goes where the
+    // other watchers expect it to.
+    candidates.sort_by_key(|id| (place.get(id).copied().unwrap_or(0), rank(me, id), *id));
     let room = target.saturating_sub(owned.len()).min(limits.per_round);
     let acquire: Vec<String> = candidates
         .iter()
@@ -291,22 +310,103 @@ pub fn next_watch(
     limits: PlanLimits,
 ) -> Option<i64> {
     let contenders: Vec<&str> = contenders.iter().map(String::as_str).collect();
-    items
-        .iter()
-        .filter(|i| !owned.contains(&i.stream_id))
-        .filter(|i| i.owner_id.as_deref().is_some_and(|o| o != me))
-        .filter_map(|i| {
-            let position = herd_position(me, &contenders, &i.stream_id);
-            let quiet = unchanged.get(&i.stream_id).copied().unwrap_or(0);
-            (position < HERD_WATCHERS)
-                .then(|| {
-                    i.lease_expires_at
-                        .map(|t| limits.takeable_at(t, quiet, now_ms) + herd_delay_ms(position))
-                })
-                .flatten()
-        })
-        .filter(|at| *at > now_ms)
-        .min()
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    let mut by_holder: HashMap<&str, Vec<&LeaseItem>> = HashMap::new();
+    for item in items {
+        let Some(owner) = item.owner_id.as_deref() else {
+            continue;
+        };
+        *counts.entry(owner).or_default() += 1;
+        if owner != me && !owned.contains(&item.stream_id) {
+            by_holder.entry(owner).or_default().push(item);
+        }
+    }
+    let share = |owners: usize| items.len().div_ceil(owners).min(limits.max_streams);
+    let mut next: Option<i64> = None;
+    for (holder, held) in by_holder {
+        // The fleet as `plan` will see it once this holder is gone: its share grows when the
+        // holder was one of the live owners, not when it had already left. The holder never
+        // watches its own streams (it did, ranked among the watchers: a dead holder took one
+        // of the two places, and its stream waited for a scan — a renew interval; issue #17).
+        let live = contenders.iter().filter(|o| **o != holder).count();
+        let target = share(live + 1);
+        let others: Vec<(&str, usize)> = contenders
+            .iter()
+            .filter(|o| **o != holder)
+            .map(|o| {
+                (
+                    *o,
+                    target.saturating_sub(counts.get(o).copied().unwrap_or(0)),
+                )
+            })
+            .collect();
+        let mine = target.saturating_sub(owned.len());
+        let mut ids: Vec<&str> = held.iter().map(|i| i.stream_id.as_str()).collect();
+        ids.sort_unstable();
+        let lines = Lines::new(me, mine, &others, &ids);
+        for item in held {
+            let position = lines.place(&item.stream_id);
+            let quiet = unchanged.get(&item.stream_id).copied().unwrap_or(0);
+            let at = match item.lease_expires_at {
+                Some(t) if position < HERD_WATCHERS => {
+                    limits.takeable_at(t, quiet, now_ms) + herd_delay_ms(position)
+                }
+                _ => continue,
+            };
+            if at > now_ms && next.is_none_or(|n| at < n) {
+                next = Some(at);
+            }
+        }
+    }
+    next
+}
+
+/// The order in which the workers with room try streams freed together (a dead or leaving
+/// owner's, or ones just released). In id order, each stream is first in line for the
+/// best-ranked worker that still has room; after it come the other workers with room, by rank.
+/// Every worker with the same view computes the same lines, so the freed streams spread over
+/// the room there is (it was rank alone: the two best-ranked watchers of a stream could both be
+/// full after taking others, and it waited for a scan).
+struct Lines<'a> {
+    me: &'a str,
+    /// The other workers with room.
+    roomy: Vec<&'a str>,
+    first: HashMap<&'a str, &'a str>,
+}
+
+impl<'a> Lines<'a> {
+    fn new(me: &'a str, mine: usize, others: &[(&'a str, usize)], streams: &[&'a str]) -> Self {
+        let mut room: Vec<(&str, usize)> = others
+            .iter()
+            .copied()
+            .filter(|(o, r)| *o != me && *r > 0)
+            .collect();
+        let roomy = room.iter().map(|(o, _)| *o).collect();
+        if mine > 0 {
+            room.push((me, mine));
+        }
+        let mut first = HashMap::new();
+        for stream in streams {
+            let best = room
+                .iter_mut()
+                .filter(|(_, r)| *r > 0)
+                .min_by_key(|(o, _)| (rank(o, stream), *o));
+            if let Some((owner, left)) = best {
+                *left -= 1;
+                first.insert(*stream, *owner);
+            }
+        }
+        Lines { me, roomy, first }
+    }
+
+    /// This worker's place in `stream`'s line (0 = first).
+    fn place(&self, stream: &str) -> usize {
+        match self.first.get(stream) {
+            Some(first) if *first == self.me => 0,
+            Some(first) => 1 + herd_position_excluding(self.me, &self.roomy, stream, Some(first)),
+            None => herd_position(self.me, &self.roomy, stream),
+        }
+    }
 }
 
 /// Of the workers watching one expiring stream, this many try it as it expires (the first at
@@ -325,10 +425,20 @@ pub const HERD_RECENT_MS: i64 = 2_000;
 /// This worker's place (0 = first) among `me` and `others` for `stream`, by [`rank`]: the same
 /// order on every worker that sees the same live owners.
 pub fn herd_position(me: &str, others: &[&str], stream: &str) -> usize {
+    herd_position_excluding(me, others, stream, None)
+}
+
+/// [`herd_position`] with `excluded` (the stream's holder) left out of `others`.
+pub fn herd_position_excluding(
+    me: &str,
+    others: &[&str],
+    stream: &str,
+    excluded: Option<&str>,
+) -> usize {
     let mine = (rank(me, stream), me);
     others
         .iter()
-        .filter(|o| **o != me && (rank(o, stream), **o) < mine)
+        .filter(|o| **o != me && Some(**o) != excluded && (rank(o, stream), **o) < mine)
         .count()
 }
 

@@ -416,6 +416,44 @@ proptest! {
         sim.run_until(90_000);
         sim.check_settled(streams, quiet)?;
     }
+
+    /// Issue #17's crash takeover: each stream of a dead worker is taken as its lease expires
+    /// (+ the skew margin, a tick and the second watcher's jitter), not a scan later. The dead
+    /// owner still counts as live until its leases expire, so it must not take a watcher's place
+    /// on its own streams (it did: a stream whose holder ranked first or second had one live
+    /// watcher or none, and waited for the next scan).
+    #[test]
+    fn a_dead_workers_streams_are_taken_as_their_leases_expire(
+        streams in 1usize..40,
+        starts in prop::collection::vec(0i64..2000, 2..6),
+        victim in 0usize..6,
+    ) {
+        let mut sim = Sim::new(streams, &starts);
+        sim.run_until(30_000);
+        let victim = victim % starts.len();
+        let name = sim.workers[victim].name.clone();
+        let killed_at = sim.now;
+        let expiring: Vec<(String, i64)> = sim
+            .table
+            .iter()
+            .filter(|i| i.owner_id.as_deref() == Some(name.as_str()))
+            .map(|i| (i.stream_id.clone(), i.lease_expires_at.unwrap_or(0) - sim.base_ms))
+            .collect();
+        sim.kill(victim);
+        sim.run_until(killed_at + LEASE_MS + 10_000);
+        for (stream, expires) in expiring {
+            let taken = sim
+                .changes
+                .iter()
+                .find(|(t, s)| *t >= killed_at && *s == stream)
+                .map(|(t, _)| *t);
+            let bound = expires + SKEW_MS + 2 * TICK_MS + HERD_JITTER_MS;
+            prop_assert!(
+                taken.is_some_and(|t| t <= bound),
+                "{stream} (lease to {expires} ms) taken at {taken:?}, bound {bound} ms"
+            );
+        }
+    }
 }
 
 /// A stream this worker lost (or whose acquire went unanswered) is not tried again while the
