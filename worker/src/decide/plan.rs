@@ -186,18 +186,15 @@ pub fn plan(
     let target = items.len().div_ceil(live_owners).min(limits.max_streams);
     // Who is first in line for each freed stream: a worker already at its share holds no
     // place (see [`Lines`]).
-    let others: Vec<(&str, usize)> = contenders
-        .iter()
-        .map(|o| {
-            (
-                *o,
-                target.saturating_sub(held_by.get(o).map_or(0, Vec::len)),
-            )
-        })
-        .collect();
-    let mut freed: Vec<&str> = contested.iter().map(|(id, _)| *id).collect();
-    freed.sort_unstable();
-    let lines = Lines::new(me, target.saturating_sub(owned.len()), &others, &freed);
+    let freed: Vec<&str> = contested.iter().map(|(id, _)| *id).collect();
+    let lines = Lines::new(
+        me,
+        owned.len(),
+        &contenders,
+        |o| held_by.get(o).map_or(0, Vec::len),
+        target,
+        freed,
+    );
     let mut place: HashMap<&str, usize> = HashMap::new();
     for (id, base) in contested {
         let position = lines.place(id);
@@ -328,22 +325,19 @@ pub fn next_watch(
         // holder was one of the live owners, not when it had already left. The holder never
         // watches its own streams (it did, ranked among the watchers: a dead holder took one
         // of the two places, and its stream waited for a scan — a renew interval; issue #17).
-        let live = contenders.iter().filter(|o| **o != holder).count();
-        let target = share(live + 1);
-        let others: Vec<(&str, usize)> = contenders
+        let others: Vec<&str> = contenders
             .iter()
-            .filter(|o| **o != holder)
-            .map(|o| {
-                (
-                    *o,
-                    target.saturating_sub(counts.get(o).copied().unwrap_or(0)),
-                )
-            })
+            .copied()
+            .filter(|o| *o != holder)
             .collect();
-        let mine = target.saturating_sub(owned.len());
-        let mut ids: Vec<&str> = held.iter().map(|i| i.stream_id.as_str()).collect();
-        ids.sort_unstable();
-        let lines = Lines::new(me, mine, &others, &ids);
+        let lines = Lines::new(
+            me,
+            owned.len(),
+            &others,
+            |o| counts.get(o).copied().unwrap_or(0),
+            share(others.len() + 1),
+            held.iter().map(|i| i.stream_id.as_str()).collect(),
+        );
         for item in held {
             let position = lines.place(&item.stream_id);
             let quiet = unchanged.get(&item.stream_id).copied().unwrap_or(0);
@@ -375,16 +369,27 @@ struct Lines<'a> {
 }
 
 impl<'a> Lines<'a> {
-    fn new(me: &'a str, mine: usize, others: &[(&'a str, usize)], streams: &[&'a str]) -> Self {
+    /// The lines for `streams` among `me` (holding `mine`) and `others` (holding `held(o)`),
+    /// each with room up to `target`.
+    fn new(
+        me: &'a str,
+        mine: usize,
+        others: &[&'a str],
+        held: impl Fn(&str) -> usize,
+        target: usize,
+        mut streams: Vec<&'a str>,
+    ) -> Self {
         let mut room: Vec<(&str, usize)> = others
             .iter()
-            .copied()
-            .filter(|(o, r)| *o != me && *r > 0)
+            .filter(|o| **o != me)
+            .map(|o| (*o, target.saturating_sub(held(o))))
+            .filter(|(_, r)| *r > 0)
             .collect();
         let roomy = room.iter().map(|(o, _)| *o).collect();
-        if mine > 0 {
-            room.push((me, mine));
+        if target > mine {
+            room.push((me, target - mine));
         }
+        streams.sort_unstable();
         let mut first = HashMap::new();
         for stream in streams {
             let best = room
@@ -393,7 +398,7 @@ impl<'a> Lines<'a> {
                 .min_by_key(|(o, _)| (rank(o, stream), *o));
             if let Some((owner, left)) = best {
                 *left -= 1;
-                first.insert(*stream, *owner);
+                first.insert(stream, *owner);
             }
         }
         Lines { me, roomy, first }
@@ -428,8 +433,9 @@ pub fn herd_position(me: &str, others: &[&str], stream: &str) -> usize {
     herd_position_excluding(me, others, stream, None)
 }
 
-/// [`herd_position`] with `excluded` (the stream's holder) left out of `others`.
-pub fn herd_position_excluding(
+/// [`herd_position`] with `excluded` (the worker first in line, see [`Lines`]) left out of
+/// `others`.
+fn herd_position_excluding(
     me: &str,
     others: &[&str],
     stream: &str,
