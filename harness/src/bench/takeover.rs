@@ -228,13 +228,19 @@ pub async fn run(options: &TakeoverOptions) -> anyhow::Result<TakeoverBench> {
     Ok(bench)
 }
 
-/// The crash samples whose takeover beat their floor, as messages naming lease, mode and stream.
-/// Such a takeover means the new owner was granted the lease before it could have expired (or
-/// the floor was read wrong): never clamped away, never averaged in silence.
+/// How far a crash takeover may measure below its floor from the clocks' granularity alone:
+/// the takeover is a difference of two whole-ms monotonic readings, the floor one of a whole-ms
+/// wall reading and the table's expiry, so each can be up to 1 ms off the truth, opposite ways.
+pub const FLOOR_READING_SLACK_MS: i64 = 2;
+
+/// The crash samples whose takeover beat their floor (by more than [`FLOOR_READING_SLACK_MS`]),
+/// as messages naming lease, mode and stream. Such a takeover means the new owner was granted
+/// the lease before it could have expired (or the floor was read wrong): never clamped away,
+/// never averaged in silence.
 pub fn early_takeovers(samples: &[(u64, String, Sample)]) -> Vec<String> {
     samples
         .iter()
-        .filter(|(_, _, s)| s.kind == Kind::Crash && s.overhead_ms() < 0)
+        .filter(|(_, _, s)| s.kind == Kind::Crash && s.overhead_ms() < -FLOOR_READING_SLACK_MS)
         .map(|(lease, mode, s)| {
             format!(
                 "lease {lease} ms, {mode}: {} taken over {} ms after the kill, {} ms before its floor (lease left at the kill + skew margin = {} ms)",
@@ -534,7 +540,8 @@ mod tests {
     }
 
     /// A crash takeover faster than its floor is a violation (a lease taken before it could
-    /// have expired), named; a handoff (floor 0) and a takeover at or after its floor are not.
+    /// have expired), named; a handoff (floor 0), a takeover at or after its floor and one
+    /// within the clocks' granularity of it are not.
     #[test]
     fn a_crash_takeover_before_its_floor_is_a_violation() {
         let samples = vec![
@@ -552,6 +559,12 @@ mod tests {
                 3_000,
                 "poll".to_string(),
                 sample(Kind::Handoff, "s-3", 40, 0),
+            ),
+            // Within the clocks' granularity: not a violation.
+            (
+                3_000,
+                "poll".to_string(),
+                sample(Kind::Crash, "s-4", 2_998, 3_000),
             ),
         ];
         let found = early_takeovers(&samples);

@@ -44,17 +44,26 @@ pub struct LeaseTimeline {
 }
 
 impl LeaseTimeline {
-    /// A lease the table accepted with `expires_ms`, by a request sent at `sent`.
-    pub fn new(expires_ms: i64, sent: Instant, lease: Duration) -> Self {
+    /// A lease the table accepted with `expires_ms`, by a request started at `sent`, when the
+    /// wall clock read `sent_wall_ms`. The expiry was computed from the wall clock when the
+    /// request left (after any wait for the write window), so the anchor is moved to that
+    /// moment: carried from `sent` itself, every later renewal would ask for the wait's worth
+    /// more than wall clock + lease (seen as takeovers a few ms "before the table's expiry"
+    /// in `bench takeover`, 2026-12-05: the stale-item rule, counted from when the item was
+    /// seen, is right; the inflated expiry was not).
+    pub fn new(expires_ms: i64, sent: Instant, sent_wall_ms: i64, lease: Duration) -> Self {
+        let lease_ms = lease.as_millis() as i64;
+        let waited = (expires_ms - lease_ms - sent_wall_ms).max(0);
         LeaseTimeline {
             expires_ms,
-            sent,
-            lease_ms: lease.as_millis() as i64,
+            sent: sent + Duration::from_millis(waited as u64),
+            lease_ms,
         }
     }
 
     /// `(now, expires)` for a renewal sent at `now` (the monotonic clock) when the wall clock
-    /// reads `wall_ms`: the condition's "now" and the expiry to write.
+    /// reads `wall_ms` (both read together: a gap between them would be carried into every
+    /// later expiry): the condition's "now" and the expiry to write.
     pub fn renewal(&self, wall_ms: i64, now: Instant) -> (i64, i64) {
         let carried = self.expires_ms + now.saturating_duration_since(self.sent).as_millis() as i64;
         let expires = carried.max(wall_ms + self.lease_ms);

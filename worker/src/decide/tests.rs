@@ -40,7 +40,7 @@ fn deadline_counts_from_the_request_start() {
 fn the_lease_timeline_carries_the_written_expiry_on_the_monotonic_clock() {
     let t0 = Instant::now();
     let lease = Duration::from_millis(2_000);
-    let mut timeline = LeaseTimeline::new(10_000, t0, lease);
+    let mut timeline = LeaseTimeline::new(10_000, t0, 8_000, lease);
     let at = |ms: u64| t0 + Duration::from_millis(ms);
     // Clocks agree: wall clock + lease, judged at the wall clock.
     assert_eq!(timeline.renewal(8_500, at(500)), (8_500, 10_500));
@@ -59,6 +59,21 @@ fn the_lease_timeline_carries_the_written_expiry_on_the_monotonic_clock() {
     // An answer to an older request never moves the anchor back.
     timeline.on_applied(12_000, at(1_900));
     assert_eq!(timeline.renewal(0, at(2_000)).1, 20_000);
+}
+
+/// An acquire that waited 40 ms for the write window before it read the wall clock: its expiry
+/// is wall clock + lease from the moment it left, and a renewal when the clocks agree asks for
+/// wall clock + lease again, not 40 ms more (carried from the wait's start it did, and every
+/// renewal after it: `bench takeover` then saw takeovers before the table's expiry + skew).
+#[test]
+fn a_wait_before_the_acquire_left_is_not_carried_into_the_expiry() {
+    let t0 = Instant::now();
+    let lease = Duration::from_millis(2_000);
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    let mut timeline = LeaseTimeline::new(10_040, t0, 8_000, lease);
+    assert_eq!(timeline.renewal(8_500, at(500)), (8_500, 10_500));
+    timeline.on_applied(10_500, at(500));
+    assert_eq!(timeline.renewal(9_500, at(1_500)), (9_500, 11_500));
 }
 
 #[test]

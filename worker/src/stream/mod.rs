@@ -192,7 +192,12 @@ impl Runner {
             shared.timing,
             shared.enforce_deadline,
         );
-        let timeline = LeaseTimeline::new(acquired.expires, acquired.started, shared.timing.lease);
+        let timeline = LeaseTimeline::new(
+            acquired.expires,
+            acquired.started,
+            acquired.started_unix_ms,
+            shared.timing.lease,
+        );
         let stats = shared.metrics.track_stream(&acquired.stream_id);
         stats.fence.store(acquired.fence, Ordering::Relaxed);
         stats.taken.store(acquired.checkpoint, Ordering::Relaxed);
@@ -397,7 +402,9 @@ impl Runner {
         let table = self.shared.table.clone();
         let id = self.id.clone();
         let fence = self.core.fence();
-        let (now_ms, expires) = self.timeline.renewal(lease_table::now_ms(), now);
+        // The monotonic and wall clocks read together (`now` is when this wake-up began).
+        let sent = Instant::now();
+        let (now_ms, expires) = self.timeline.renewal(lease_table::now_ms(), sent);
         let fut = Box::pin(async move {
             table
                 .renew(&id, fence, now_ms, expires, checkpoint, timeout)
@@ -405,7 +412,7 @@ impl Runner {
         });
         self.renewing = Some((
             Renewal {
-                started: now,
+                started: sent,
                 checkpoint,
                 expires,
             },
