@@ -243,18 +243,18 @@ pub const FLOOR_READING_SLACK_MS: i64 = 2;
 pub fn early_takeovers(samples: &[(u64, String, Sample)], skew_ms: u64) -> Vec<String> {
     samples
         .iter()
-        .filter(|(_, _, s)| {
-            s.kind == Kind::Crash
-                && s.overhead_ms() + (skew_ms as i64) < -FLOOR_READING_SLACK_MS
-        })
-        .map(|(lease, mode, s)| {
-            format!(
-                "lease {lease} ms, {mode}: {} taken over {} ms after the kill, {} ms before its lease ran out (lease left at the kill = {} ms)",
-                s.stream_id,
-                s.takeover_ms,
-                -(s.overhead_ms() + skew_ms as i64),
-                s.floor_ms.saturating_sub(skew_ms)
-            )
+        .filter(|(_, _, s)| s.kind == Kind::Crash)
+        .filter_map(|(lease, mode, s)| {
+            // How long before the lease ran out (the floor less the skew margin) it was taken.
+            let early = -(s.overhead_ms() + skew_ms as i64);
+            (early > FLOOR_READING_SLACK_MS).then(|| {
+                format!(
+                    "lease {lease} ms, {mode}: {} taken over {} ms after the kill, {early} ms before its lease ran out (lease left at the kill = {} ms)",
+                    s.stream_id,
+                    s.takeover_ms,
+                    s.floor_ms.saturating_sub(skew_ms)
+                )
+            })
         })
         .collect()
 }

@@ -44,19 +44,19 @@ pub struct LeaseTimeline {
 }
 
 impl LeaseTimeline {
-    /// A lease the table accepted with `expires_ms`, by a request started at `sent`, when the
-    /// wall clock read `sent_wall_ms`. The expiry was computed from the wall clock when the
+    /// A lease the table accepted with `expires_ms`, by a request started at `started`, when
+    /// the wall clock read `started_wall_ms`. The expiry was computed from the wall clock when the
     /// request left (after any wait for the write window), so the anchor is moved to that
     /// moment: carried from `sent` itself, every later renewal would ask for the wait's worth
     /// more than wall clock + lease (seen as takeovers a few ms "before the table's expiry"
     /// in `bench takeover`, 2026-12-05: the stale-item rule, counted from when the item was
     /// seen, is right; the inflated expiry was not).
-    pub fn new(expires_ms: i64, sent: Instant, sent_wall_ms: i64, lease: Duration) -> Self {
+    pub fn new(expires_ms: i64, started: Instant, started_wall_ms: i64, lease: Duration) -> Self {
         let lease_ms = lease.as_millis() as i64;
-        let waited = (expires_ms - lease_ms - sent_wall_ms).max(0);
+        let waited = (expires_ms - lease_ms - started_wall_ms).max(0);
         LeaseTimeline {
             expires_ms,
-            sent: sent + Duration::from_millis(waited as u64),
+            sent: started + Duration::from_millis(waited as u64),
             lease_ms,
         }
     }
