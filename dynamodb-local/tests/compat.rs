@@ -417,49 +417,75 @@ async fn moto_does_everything_the_lease_table_needs() {
     check_backend(Mode::Moto).await;
 }
 
-/// Negative control for `serve.py`'s lock: the same server without it lets racing acquires
-/// both win. Bounded: stops at the first doubled round, fails after 300 rounds without one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn unlocked_moto_grants_one_lease_twice_and_the_race_check_sees_it() {
+/// `serve.py` started by hand: `unlocked` drops its lock, `window_ms` holds each conditional
+/// write that long between its check and its write, so racing writes overlap every round.
+struct Served {
+    child: std::process::Child,
+    client: Client,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn serve_moto(unlocked: bool, window_ms: u64) -> Served {
     use std::io::BufRead;
     let python = dynamodb_local::MotoSource::from_env()
         .resolve()
         .expect("moto installs");
-    let mut child = std::process::Command::new(&python)
+    let mut command = std::process::Command::new(&python);
+    command
         .arg("-c")
         .arg(dynamodb_local::moto::SERVE_PY)
         .arg("0")
-        .env("MOTO_SERVE_UNLOCKED", "1")
+        .env("MOTO_SERVE_RACE_WINDOW_MS", window_ms.to_string())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("python runs");
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
+        .stderr(std::process::Stdio::null());
+    if unlocked {
+        command.env("MOTO_SERVE_UNLOCKED", "1");
     }
+    let mut child = command.spawn().expect("python runs");
     let stdout = child.stdout.take().unwrap();
-    let _guard = Kill(child);
     let mut line = String::new();
     std::io::BufReader::new(stdout)
         .read_line(&mut line)
         .unwrap();
     let endpoint = format!("http://127.0.0.1:{}", line.trim());
-    let client = lease_table::local_client(&endpoint);
-    lease_table::create_table(&client, TABLE).await.unwrap();
-    let mut rounds = 0;
-    while rounds < 300 {
-        let doubled = race_rounds(&client, rounds, 20).await.unwrap();
-        rounds += 20;
-        if doubled > 0 {
-            println!("unlocked moto: {doubled} doubled grants within {rounds} rounds");
-            return;
-        }
-    }
-    panic!("unlocked moto granted no lease twice in {rounds} rounds: the race check may be blind");
+    let served = Served {
+        child,
+        client: lease_table::local_client(&endpoint),
+    };
+    lease_table::create_table(&served.client, TABLE)
+        .await
+        .unwrap();
+    served
+}
+
+/// Negative control for `serve.py`'s lock: the same server without it, with a 50 ms window
+/// between each write's check and its write, lets racing acquires both win — every round
+/// (3 of 3, five runs of five, 2026-12-06), not now and then: left to chance, CI once saw 300
+/// rounds pass without a doubled grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unlocked_moto_grants_one_lease_twice_and_the_race_check_sees_it() {
+    let served = serve_moto(true, 50).await;
+    let doubled = race_rounds(&served.client, 0, 3).await.unwrap();
+    println!("unlocked moto, 50 ms race window: {doubled} of 3 rounds granted one lease twice");
+    assert!(
+        doubled > 0,
+        "unlocked moto with a 50 ms race window granted no lease twice in 3 rounds: the race check may be blind"
+    );
+}
+
+/// The positive side of the control above: the same widened window, with the lock, never
+/// grants a lease twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn locked_moto_grants_each_lease_once_even_with_a_race_window() {
+    let served = serve_moto(false, 10).await;
+    let doubled = race_rounds(&served.client, 0, 3).await.unwrap();
+    assert_eq!(doubled, 0, "locked moto granted a lease twice");
 }
 
 /// The matrix for an endpoint you started (`COMPAT_ENDPOINT`); prints, asserts nothing.

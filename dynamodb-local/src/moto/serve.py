@@ -8,6 +8,9 @@ succeed (measured: 24 of 200 rounds of 16 racing acquires granted the lease twic
 table must be linearizable, so here every request runs under one lock; the body is read before
 the lock is taken, so a slow client (a throttled link) holds up nobody but itself.
 MOTO_SERVE_UNLOCKED=1 drops the lock: only the test that shows why it is there sets it.
+MOTO_SERVE_RACE_WINDOW_MS=N holds every conditional write N ms between its check passing and
+its write, so racing writes overlap every time instead of now and then: the tests set it to make
+the race deterministic (unlocked, it must double a grant in the first round; locked, never).
 """
 
 import io
@@ -15,6 +18,7 @@ import logging
 import os
 import sys
 import threading
+import time
 
 from moto.moto_server.werkzeug_app import (
     DomainDispatcherApplication,
@@ -39,10 +43,39 @@ class Serialized:
             return list(self.app(environ, start_response))
 
 
+def widen_race_window(seconds):
+    """Sleeps `seconds` after each condition expression that passes, before the write."""
+    import moto.dynamodb.models as models
+
+    original = models.create_condition_expression_parser
+
+    class Held:
+        def __init__(self, op):
+            self.op = op
+
+        def expr(self, item):
+            passed = self.op.expr(item)
+            if passed:
+                time.sleep(seconds)
+            return passed
+
+    class Parser:
+        def __init__(self, parser):
+            self.parser = parser
+
+        def parse(self):
+            return Held(self.parser.parse())
+
+    models.create_condition_expression_parser = lambda *a, **k: Parser(original(*a, **k))
+
+
 def main():
     port = int(sys.argv[1]) if len(sys.argv) > 1 else 0
     # One line per request on stderr would cost more than the request.
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    window_ms = int(os.environ.get("MOTO_SERVE_RACE_WINDOW_MS") or 0)
+    if window_ms > 0:
+        widen_race_window(window_ms / 1000)
     app = DomainDispatcherApplication(create_backend_app)
     if os.environ.get("MOTO_SERVE_UNLOCKED") != "1":
         app = Serialized(app)
