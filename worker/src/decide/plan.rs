@@ -292,10 +292,11 @@ pub fn plan(
     }
 }
 
-/// When to try next for a stream someone else holds: the earliest [`PlanLimits::takeable_at`]
-/// (plus this worker's herd delay) still in the future, over `items` not in `owned` for which this
-/// worker is among the first [`HERD_WATCHERS`] contenders; the others find the stream free, or
-/// taken, in their next scan. Computed again after an acquire round, whose refusals reveal
+/// When to try next: the earliest time still in the future at which this worker may try a
+/// stream someone else holds ([`PlanLimits::takeable_at`] plus its herd delay, for streams
+/// where it is among the first [`HERD_WATCHERS`] contenders; the others find the stream free,
+/// or taken, in their next scan), or, while it has room, a stream released moments ago (the
+/// release time plus the herd delay of its place in that stream's line). Computed again after an acquire round, whose refusals reveal
 /// leases renewed (or taken) since the scan.
 pub fn next_watch(
     items: &[LeaseItem],
@@ -320,6 +321,36 @@ pub fn next_watch(
     }
     let share = |owners: usize| items.len().div_ceil(owners).min(limits.max_streams);
     let mut next: Option<i64> = None;
+    let mut consider = |at: i64| {
+        if at > now_ms && next.is_none_or(|n| at < n) {
+            next = Some(at);
+        }
+    };
+    // Streams released moments ago (a drain, a shed): `plan` lines them up over the workers
+    // with room, and this worker, if it has room, tries each at its own place. Without a wake
+    // for them it waited for an unrelated round when the worker first in line had filled its
+    // room elsewhere (views read milliseconds apart during a drain line streams up differently:
+    // a 1,173 ms handoff at lease 30 s, 2026-12-06).
+    let target = share(contenders.len() + 1);
+    if owned.len() < target {
+        let released: Vec<&LeaseItem> = items
+            .iter()
+            .filter(|i| i.owner_id.is_none() && !owned.contains(&i.stream_id))
+            .filter(|i| i.updated_at.is_some_and(|t| t > now_ms - HERD_RECENT_MS))
+            .collect();
+        let lines = Lines::new(
+            me,
+            owned.len(),
+            &contenders,
+            |o| counts.get(o).copied().unwrap_or(0),
+            target,
+            released.iter().map(|i| i.stream_id.as_str()).collect(),
+        );
+        for item in released {
+            let at = item.updated_at.unwrap_or(0);
+            consider(at + herd_delay_ms(lines.place(&item.stream_id)));
+        }
+    }
     for (holder, held) in by_holder {
         // The fleet as `plan` will see it once this holder is gone: its share grows when the
         // holder was one of the live owners, not when it had already left. The holder never
@@ -341,14 +372,8 @@ pub fn next_watch(
         for item in held {
             let position = lines.place(&item.stream_id);
             let quiet = unchanged.get(&item.stream_id).copied().unwrap_or(0);
-            let at = match item.lease_expires_at {
-                Some(t) if position < HERD_WATCHERS => {
-                    limits.takeable_at(t, quiet, now_ms) + herd_delay_ms(position)
-                }
-                _ => continue,
-            };
-            if at > now_ms && next.is_none_or(|n| at < n) {
-                next = Some(at);
+            if let Some(expires) = item.lease_expires_at.filter(|_| position < HERD_WATCHERS) {
+                consider(limits.takeable_at(expires, quiet, now_ms) + herd_delay_ms(position));
             }
         }
     }
@@ -422,8 +447,10 @@ impl<'a> Lines<'a> {
 pub const HERD_WATCHERS: usize = 2;
 /// The second watcher's delay behind the first.
 pub const HERD_JITTER_MS: i64 = 20;
-/// Each later contender's extra delay.
-pub const HERD_STEP_MS: i64 = 500;
+/// Each later contender's extra delay: long enough for the places ahead to answer (an acquire
+/// takes a few ms on a healthy table), short enough that a handoff whose first in line filled
+/// its room elsewhere is not left waiting (it was 500 ms: a later place waited 520+ ms).
+pub const HERD_STEP_MS: i64 = 100;
 /// A free item written this recently was just released: contended by rank like an expiry.
 pub const HERD_RECENT_MS: i64 = 2_000;
 

@@ -386,6 +386,66 @@ fn the_next_watch_is_the_earliest_future_expiry_of_others() {
     );
 }
 
+/// A stream released moments ago wakes a worker with room at its own place in the stream's
+/// line, not only at the next scan: when the workers ahead fill their room elsewhere (their
+/// views, read milliseconds apart during a drain, line streams up differently), it is taken
+/// after the herd delay (it waited 1,173 ms for an unrelated round at lease 30 s, 2026-12-06).
+#[test]
+fn a_just_released_stream_wakes_a_worker_with_room_at_its_place() {
+    let now = 100_000;
+    let others = ["a", "b", "c", "d"];
+    // A stream for which `me` is fourth in line (place 3) among five workers with room.
+    let stream = (0..1_000)
+        .map(|i| format!("s-{i}"))
+        .find(|s| herd_position("me", &others, s) == 3)
+        .expect("some stream ranks me fourth");
+    let released = now - 10;
+    let mut items = vec![LeaseItem {
+        stream_id: stream.clone(),
+        updated_at: Some(released),
+        ..LeaseItem::default()
+    }];
+    for (i, owner) in others.iter().enumerate() {
+        items.push(item(&format!("held-{i}"), Some(owner), Some(now + 60_000)));
+    }
+    // Free for a while (not just released): 15 streams over 5 workers, a share of 3, so
+    // every worker has room.
+    for i in 0..10 {
+        items.push(item(&format!("old-{i}"), None, None));
+    }
+    let contenders: Vec<String> = others.iter().map(|o| o.to_string()).collect();
+    let watch = |items: &[LeaseItem], owned: &HashSet<String>, at: i64| {
+        next_watch(
+            items,
+            "me",
+            owned,
+            &contenders,
+            &Unchanged::new(),
+            at,
+            limits(usize::MAX),
+        )
+    };
+    let wake = released + herd_delay_ms(3);
+    assert_eq!(wake, released + HERD_JITTER_MS + 2 * HERD_STEP_MS);
+    // The held streams' expiry (a minute away) comes later: the release is the next watch.
+    assert_eq!(watch(&items, &HashSet::new(), now), Some(wake));
+    // Once that moment has passed, the release wakes nobody again.
+    assert_eq!(
+        watch(&items, &HashSet::new(), wake),
+        Some(now + 60_000 + 201)
+    );
+    // A worker already at its share (18 streams over 5 workers: 4) has no place in the line.
+    let owned: HashSet<String> = (1..=4).map(|i| format!("m-{i}")).collect();
+    for id in &owned {
+        items.push(item(id, Some("me"), Some(now + 60_000)));
+    }
+    assert_eq!(
+        watch(&items, &owned, now),
+        Some(now + 60_000 + 201),
+        "a full worker does not wake for the release, only for the held leases' expiry"
+    );
+}
+
 fn arb_items() -> impl Strategy<Value = Vec<LeaseItem>> {
     let owners = prop::sample::select(vec!["a", "b", "c", "me"]);
     prop::collection::vec(
