@@ -40,6 +40,9 @@ pub enum Command {
     /// Randomized, seeded fault schedules run many times, each judged; failures shrunk to the
     /// smallest schedule that still fails; campaign.json/md/html (see `harness campaign --help`).
     Campaign(crate::campaign::CampaignArgs),
+    /// Price the lease machinery on DynamoDB on-demand for fleets too large to run here
+    /// (renewals, discovery scans, fleet-signal reads; a model, see `harness cost --help`).
+    Cost(crate::cost::CostArgs),
     /// Render report.md, report.html and junit.xml again from DIR/history.jsonl + DIR/report.json
     /// (exit 0 when the report passed, 1 when it failed, 2 when the files cannot be read).
     Report { dir: PathBuf },
@@ -96,6 +99,7 @@ pub async fn main(cli: Cli) -> ExitCode {
         Command::Report { dir } => crate::report::command(&dir),
         Command::Bench(args) => crate::bench::main(args).await,
         Command::Campaign(args) => crate::campaign::main(args).await,
+        Command::Cost(args) => crate::cost::main(args),
     }
 }
 

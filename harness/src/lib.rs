@@ -10,6 +10,7 @@ pub mod bench;
 pub mod campaign;
 pub mod chart_kit;
 pub mod cli;
+pub mod cost;
 pub mod expect;
 pub mod faults;
 pub mod fleet;
