@@ -4,7 +4,9 @@
 //! A pure model of the requests `lease-worker` makes (lease-table/src): one conditional
 //! `UpdateItem` per held stream per renew interval (1 WRU: items are under 1 KB), one full
 //! strongly consistent `Scan` per worker per scan interval (1 RRU per 4 KB read), one eventually
-//! consistent `GetItem` of the fleet signal per worker per poll (0.5 RRU). Checkpoints and
+//! consistent `GetItem` of the fleet signal per worker per poll (0.5 RRU; the poll slows as the
+//! fleet grows so that the whole fleet reads it at most `lease_table::FLEET_READS_PER_SECOND`
+//! times a second). Checkpoints and
 //! takeovers are left out: they scale with traffic and faults, not with the fleet's size. The
 //! takeover bench (`harness bench takeover`) measures the same counts on a real table.
 
@@ -89,10 +91,13 @@ impl Model {
         let renew_wru_s = streams as f64 / self.renew_seconds;
         let scan_rru = (streams * self.item_bytes).div_ceil(4096) as f64;
         let scan_rru_s = workers as f64 * scan_rru / self.scan_seconds;
+        // Each worker's poll interval grows with the fleet, so that the whole fleet reads the
+        // signal at most `FLEET_READS_PER_SECOND` times a second (worker `fleet_poll_for`).
         let fleet_reads_s = if self.fleet_poll_ms == 0 {
             0.0
         } else {
-            workers as f64 * 1000.0 / self.fleet_poll_ms as f64
+            (workers as f64 * 1000.0 / self.fleet_poll_ms as f64)
+                .min(f64::from(lease_table::FLEET_READS_PER_SECOND))
         };
         let fleet_rru_s = fleet_reads_s * 0.5;
         let month = |units_s: f64, price: f64| units_s * MONTH_SECONDS * price / 1e6;
@@ -247,11 +252,15 @@ mod tests {
         assert_eq!(r.renew_wru_s, 10_000.0);
         // 100,000 × 200 B = 20,000,000 B = 4,883 pages of 4 KB, per worker per 10 s.
         assert_eq!(r.scan_rru_s, 488_300.0);
-        assert_eq!(r.fleet_rru_s, 10_000.0);
-        assert_eq!(r.hottest_item_reads_s, 20_000.0);
+        // 1,000 workers at 50 ms would read the signal 20,000 times a second; their polls slow
+        // to 1 s, so the fleet reads it 1,000 times a second.
+        assert_eq!(r.fleet_rru_s, 500.0);
+        assert_eq!(r.hottest_item_reads_s, 1_000.0);
         assert!((r.renew_usd_month - 16_200.0).abs() < 0.01, "{r:?}");
         assert!((r.scan_usd_month - 158_210.0).abs() < 1.0, "{r:?}");
-        assert!((r.fleet_usd_month - 3_240.0).abs() < 0.01, "{r:?}");
+        assert!((r.fleet_usd_month - 162.0).abs() < 0.01, "{r:?}");
+        // A small fleet polls at the configured interval.
+        assert_eq!(model().row(1_000, 10).hottest_item_reads_s, 200.0);
     }
 
     #[test]

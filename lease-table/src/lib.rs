@@ -21,15 +21,29 @@ pub mod ops;
 pub const DEFAULT_TABLE: &str = "websocket-leases";
 
 /// Reserved item: the fleet's release signal (`generation` N, `draining` SS), not a stream.
-/// Every `stream_id` starting with [`RESERVED_PREFIX`] is reserved and ignored by stream logic:
-/// [`scan_all`] skips them, and so does the worker's discovery.
+/// Reserved items ([`RESERVED_IDS`]) are ignored by stream logic: [`scan_all`] skips them, and
+/// so does the worker's discovery. Each is written with `owner_id` = [`RESERVED_OWNER`] and a
+/// `lease_expires_at` that never comes ([`RESERVED_EXPIRES_AT`]), so a tool that reads the table
+/// the source design's way (`lease_demo.py`: free when no owner, expired, or its own) never
+/// finds it free.
 pub const FLEET_ITEM: &str = "__fleet__";
-/// Prefix of reserved (non-stream) items.
-pub const RESERVED_PREFIX: &str = "__";
+/// The whole fleet reads [`FLEET_ITEM`] at most this often (reads per second; each worker's
+/// poll interval grows with the fleet to keep it so). One item lives in one partition, which
+/// serves about 3,000 read units a second (6,000 eventually consistent reads): at a 50 ms poll,
+/// 300 workers would saturate it and throttle the scans and lease writes that share it
+/// (issue #20). 1,000 leaves most of the partition to them.
+pub const FLEET_READS_PER_SECOND: u32 = 1_000;
+/// Every reserved (non-stream) item id. Exact ids, not a prefix: a real stream may be named
+/// `__anything` else and is owned like any other (a `__` prefix once hid such streams).
+pub const RESERVED_IDS: &[&str] = &[FLEET_ITEM];
+/// The `owner_id` of every reserved item.
+pub const RESERVED_OWNER: &str = "__reserved__";
+/// The `lease_expires_at` of every reserved item (Unix ms, `i64::MAX`: never expired).
+pub const RESERVED_EXPIRES_AT: i64 = i64::MAX;
 
 /// True for a reserved item id (such as [`FLEET_ITEM`]) that is not a stream.
 pub fn is_reserved(stream_id: &str) -> bool {
-    stream_id.starts_with(RESERVED_PREFIX)
+    RESERVED_IDS.contains(&stream_id)
 }
 
 /// Attribute names, fixed by design §2.

@@ -422,12 +422,19 @@ async fn fleet_update(
     owners: Option<&[String]>,
     now_ms: i64,
 ) -> Result<(), OpError> {
+    // Every write re-marks the item as reserved (see `crate::RESERVED_OWNER`), so a table whose
+    // fleet item predates the mark gets it with the next signal.
+    let update = format!("{update}, #o = :reserved, #e = :forever");
     let mut request = client
         .update_item()
         .table_name(table)
         .key(attr::STREAM_ID, s(crate::FLEET_ITEM))
-        .update_expression(update)
-        .expression_attribute_values(":now", n(now_ms));
+        .update_expression(update.as_str())
+        .expression_attribute_values(":now", n(now_ms))
+        .expression_attribute_names("#o", attr::OWNER_ID)
+        .expression_attribute_names("#e", attr::LEASE_EXPIRES_AT)
+        .expression_attribute_values(":reserved", s(crate::RESERVED_OWNER))
+        .expression_attribute_values(":forever", n(crate::RESERVED_EXPIRES_AT));
     if update.contains("#g") {
         request = request
             .expression_attribute_names("#g", fleet_attr::GENERATION)

@@ -258,7 +258,8 @@ async fn lease_demo_items_are_compatible_and_missing_items_are_not_created() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fleet_signal_counts_releases_tracks_draining_owners_and_is_never_a_stream() {
     let _serial = SERIAL.lock().await;
-    let ddb = dynamo(&["s"]).await;
+    // `__odd` is a real stream: only the exact reserved ids are not streams.
+    let ddb = dynamo(&["s", "__odd"]).await;
     let c = ddb.client();
 
     // No item yet: generation 0, nobody draining.
@@ -293,15 +294,54 @@ async fn the_fleet_signal_counts_releases_tracks_draining_owners_and_is_never_a_
     // The reserved item is not a stream: neither the shared scan nor a worker acquires it.
     let items = lease_table::scan_all(&c, TABLE).await.unwrap();
     let ids: Vec<&str> = items.iter().map(|i| i.stream_id.as_str()).collect();
-    assert_eq!(ids, ["s"]);
+    assert_eq!(ids, ["__odd", "s"]);
+    let odd = ops::acquire(&c, TABLE, "__odd", "w", LEASE_MS, 6, 200)
+        .await
+        .unwrap();
+    assert!(matches!(odd, Outcome::Done(_)), "{odd:?}");
+
+    // Nor to a tool that reads the table the source design's way: lease_demo.py's acquire
+    // (free when no owner, expired, or its own) is refused on it, at any time.
+    let now = i64::MAX - 1;
+    let demo_acquire = c
+        .update_item()
+        .table_name(TABLE)
+        .key(
+            "stream_id",
+            AttributeValue::S(lease_table::FLEET_ITEM.into()),
+        )
+        .update_expression(
+            "SET owner_id = :owner, lease_expires_at = :expires, \
+             fence_token = if_not_exists(fence_token, :zero) + :one, updated_at = :now",
+        )
+        .condition_expression(
+            "attribute_not_exists(owner_id) OR lease_expires_at < :now OR owner_id = :owner",
+        )
+        .expression_attribute_values(":owner", AttributeValue::S("demo".into()))
+        .expression_attribute_values(":expires", AttributeValue::N(now.to_string()))
+        .expression_attribute_values(":now", AttributeValue::N(now.to_string()))
+        .expression_attribute_values(":zero", AttributeValue::N("0".into()))
+        .expression_attribute_values(":one", AttributeValue::N("1".into()))
+        .send()
+        .await;
+    let refused = demo_acquire
+        .as_ref()
+        .err()
+        .and_then(|e| e.as_service_error())
+        .is_some_and(|e| e.is_conditional_check_failed_exception());
+    assert!(
+        refused,
+        "the seed's acquire took the fleet item: {demo_acquire:?}"
+    );
     let metrics = std::sync::Arc::new(lease_worker::metrics::Metrics::new());
     let table = lease_worker::lease::LeaseTable::new(c.clone(), TABLE, "w", metrics);
     let view = table
         .scan(std::time::Duration::from_secs(5), true)
         .await
         .unwrap();
-    let ids: Vec<&str> = view.items.iter().map(|i| i.stream_id.as_str()).collect();
-    assert_eq!(ids, ["s"]);
+    let mut ids: Vec<&str> = view.items.iter().map(|i| i.stream_id.as_str()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["__odd", "s"]);
     assert_eq!(
         table
             .fleet_read(std::time::Duration::from_secs(5))

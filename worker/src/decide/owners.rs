@@ -566,14 +566,26 @@ impl Supervision {
         }
     }
 
-    /// Until the next fleet signal read: faster while some owner is draining.
+    /// Until the next fleet signal read: faster while some owner is draining, slower in a fleet
+    /// so large that its reads would make the signal a hot key ([`fleet_poll_for`]).
     pub fn fleet_every(&self) -> Duration {
-        if self.draining_owners.is_empty() {
+        let base = if self.draining_owners.is_empty() {
             self.settings.fleet_poll
         } else {
             self.settings.fleet_poll.min(FLEET_POLL_DRAINING)
-        }
+        };
+        fleet_poll_for(base, self.contenders.len() + 1)
     }
+}
+
+pub use lease_table::FLEET_READS_PER_SECOND;
+
+/// The poll interval of one of `live_owners` workers: `base`, or longer when the fleet would
+/// read the signal more than [`FLEET_READS_PER_SECOND`] times a second (50 ms up to 50 workers,
+/// 100 ms at 100, 1 s at 1,000: a handoff is noticed that much later in a large fleet).
+pub fn fleet_poll_for(base: Duration, live_owners: usize) -> Duration {
+    let owners = u32::try_from(live_owners.max(1)).unwrap_or(u32::MAX);
+    base.max(Duration::from_secs(1) * owners / FLEET_READS_PER_SECOND)
 }
 
 /// `base` ± 10 % (`unit` in `[0, 1)`), so that workers started together do not act in lockstep.

@@ -275,3 +275,30 @@ proptest! {
     }
 
 }
+
+/// The fleet signal is never a hot key: the whole fleet reads it at most
+/// `FLEET_READS_PER_SECOND` times a second, however many workers there are; a small fleet
+/// polls at the configured interval.
+#[test]
+fn fleet_signal_reads_stay_under_the_budget_at_any_fleet_size() {
+    let base = Duration::from_millis(50);
+    assert_eq!(fleet_poll_for(base, 1), base);
+    assert_eq!(fleet_poll_for(base, 50), base);
+    assert_eq!(fleet_poll_for(base, 100), Duration::from_millis(100));
+    assert_eq!(fleet_poll_for(base, 1_000), Duration::from_secs(1));
+    assert_eq!(
+        fleet_poll_for(Duration::from_millis(30), 0),
+        Duration::from_millis(30)
+    );
+    for owners in [1usize, 7, 49, 51, 333, 1_000, 10_000, 100_000] {
+        for base_ms in [1u64, 30, 50, 200] {
+            let every = fleet_poll_for(Duration::from_millis(base_ms), owners);
+            let reads_per_second = owners as f64 / every.as_secs_f64();
+            assert!(
+                reads_per_second <= f64::from(FLEET_READS_PER_SECOND) + 1e-6,
+                "{owners} workers at {every:?}: {reads_per_second} reads/s"
+            );
+            assert!(every >= Duration::from_millis(base_ms));
+        }
+    }
+}
