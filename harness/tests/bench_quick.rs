@@ -140,6 +140,15 @@ fn quick_throughput_bench_writes_sane_files() {
     let share = num(t, "harness_cpu_share");
     assert!(share > 0.0 && share <= 1.0, "{t}");
     for step in t["steps"].as_array().unwrap() {
+        // The fleet's lease writes are counted: a step that warmed up acquired every stream.
+        let writes = &step["lease_writes"];
+        assert!(num(writes, "acquires") >= num(t, "streams").min(1.0), "{step}");
+        for key in ["acquire_timeouts", "renewal_timeouts", "throttled", "leases_lost"] {
+            assert!(writes[key].is_number(), "{key} missing in {step}");
+        }
+        if step["warm_up_ms"].is_number() {
+            assert!(num(step, "warm_up_ms") > 0.0, "{step}");
+        }
         if step["sustained"].as_bool().unwrap() {
             assert!(
                 num(step, "accepted_per_s") >= 0.9 * num(step, "produced_per_s"),

@@ -197,8 +197,9 @@ impl Lab {
     }
 
     /// Waits until every stream is held and has accepted traffic, within `limit`; says how far
-    /// it got every few seconds, and records a `warmup_done` phase when done.
-    pub async fn warm_up(&self, limit: Duration) -> anyhow::Result<()> {
+    /// it got every few seconds, and records a `warmup_done` phase when done. Returns how long
+    /// it took.
+    pub async fn warm_up(&self, limit: Duration) -> anyhow::Result<Duration> {
         let began = Instant::now();
         let deadline = began + limit;
         let mut next_progress = began + PROGRESS_EVERY;
@@ -220,7 +221,7 @@ impl Lab {
                     phase: "warmup_done".into(),
                     detail: Some(format!("{streams} streams held with traffic")),
                 }));
-                return Ok(());
+                return Ok(took);
             }
             if Instant::now() >= next_progress {
                 next_progress += PROGRESS_EVERY;

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 /// The counter the worker increments on every DynamoDB request (labels `op`, `outcome`).
 pub const DYNAMODB_REQUESTS: &str = "lease_worker_dynamodb_requests_total";
+/// Leases a worker lost without releasing them (label `reason`).
+pub const LEASES_LOST: &str = "lease_worker_leases_lost_total";
 /// Events in batches the sink accepted.
 pub const EVENTS_PUBLISHED: &str = "lease_worker_events_published_total";
 

@@ -62,7 +62,58 @@ pub struct Step {
     /// Harness CPU over all CPU the machine spent in the window.
     pub harness_cpu_share_of_busy: f64,
     pub machine_cpu_busy_share: f64,
+    /// From the fleet's start until every stream was held with accepted traffic; `None` when
+    /// the warm-up did not complete (see `error`).
+    pub warm_up_ms: Option<u64>,
+    /// The fleet's lease writes over the whole step (warm-up and window), from its counters.
+    pub lease_writes: LeaseWrites,
     pub error: Option<String>,
+}
+
+/// Lease writes of a fleet, summed over its workers' `/metrics` (issue #20: a cold start that
+/// cannot collapse keeps timeouts under 1 % of requests and loses no lease).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LeaseWrites {
+    pub acquires: f64,
+    pub acquire_timeouts: f64,
+    pub renewals: f64,
+    pub renewal_timeouts: f64,
+    /// Acquires and renewals answered with a throttling error.
+    pub throttled: f64,
+    /// Leases lost without a release, any reason.
+    pub leases_lost: f64,
+}
+
+impl LeaseWrites {
+    /// Timed-out acquires and renewals over all acquires and renewals (0 when there were none).
+    pub fn timeout_share(&self) -> f64 {
+        let all = self.acquires + self.renewals;
+        if all > 0.0 {
+            (self.acquire_timeouts + self.renewal_timeouts) / all
+        } else {
+            0.0
+        }
+    }
+
+    /// Sums the fleet's counters (a worker that cannot be scraped fails the count).
+    async fn of(lab: &Lab) -> anyhow::Result<LeaseWrites> {
+        let count = |op: &'static str, outcome: Option<&'static str>| async move {
+            let mut filter = vec![("op", op)];
+            filter.extend(outcome.map(|o| ("outcome", o)));
+            lab.counter_where(metrics::DYNAMODB_REQUESTS, &filter, "")
+                .await
+        };
+        let lost = lab.counters(metrics::LEASES_LOST, "reason").await?;
+        Ok(LeaseWrites {
+            acquires: count("acquire", None).await?,
+            acquire_timeouts: count("acquire", Some("timeout")).await?,
+            renewals: count("renew", None).await?,
+            renewal_timeouts: count("renew", Some("timeout")).await?,
+            throttled: count("acquire", Some("throttled")).await?
+                + count("renew", Some("throttled")).await?,
+            leases_lost: lost.values().sum(),
+        })
+    }
 }
 
 /// `bench.json`'s `throughput` (design §8): the highest sustained step, and every step.
@@ -196,6 +247,8 @@ fn failed_step(
         harness_cpu_share: 0.0,
         harness_cpu_share_of_busy: 0.0,
         machine_cpu_busy_share: 0.0,
+        warm_up_ms: None,
+        lease_writes: LeaseWrites::default(),
         error: Some(error),
     }
 }
@@ -245,11 +298,9 @@ async fn measure(
     let result = async {
         // A stream or two lost to a slow renewal does not invalidate a throughput step: the
         // window's accepted/produced ratio judges it. Keep the note.
-        let note = lab
-            .warm_up(Duration::from_secs(60))
-            .await
-            .err()
-            .map(|e| e.to_string());
+        let warm_up = lab.warm_up(Duration::from_secs(60)).await;
+        let warm_up_ms = warm_up.as_ref().ok().map(|d| d.as_millis() as u64);
+        let note = warm_up.err().map(|e| e.to_string());
         // Let replay backlogs from the warm-up drain before measuring.
         tokio::time::sleep(Duration::from_secs(2)).await;
         let produced0 = lab.upstream.events_produced();
@@ -273,6 +324,7 @@ async fn measure(
             _ => (0.0, 1),
         };
         let accepted_per_s = accepted as f64 / seconds;
+        let lease_writes = LeaseWrites::of(&lab).await?;
         anyhow::Ok(Step {
             streams,
             rate_per_stream: rate,
@@ -297,6 +349,8 @@ async fn measure(
                 0.0
             },
             machine_cpu_busy_share: busy_ms / (window_ms as f64 * cores as f64),
+            warm_up_ms,
+            lease_writes,
             error: note,
         })
     }
@@ -322,6 +376,20 @@ pub fn table(t: &Throughput) -> Table {
                 format!("{:.0}", st.events_per_s_per_worker_core).into(),
                 format!("{:.0} KiB", st.worker_rss_bytes_per_stream / 1024.0).into(),
                 format!("{:.0} %", st.harness_cpu_share * 100.0).into(),
+                st.warm_up_ms
+                    .map_or_else(
+                        || "incomplete".to_string(),
+                        |ms| format!("{:.1} s", ms as f64 / 1000.0),
+                    )
+                    .into(),
+                format!(
+                    "{:.0} / {:.0} ({:.2} %)",
+                    st.lease_writes.acquire_timeouts,
+                    st.lease_writes.renewal_timeouts,
+                    st.lease_writes.timeout_share() * 100.0
+                )
+                .into(),
+                format!("{:.0}", st.lease_writes.leases_lost).into(),
             ]
         })
         .collect();
@@ -336,6 +404,9 @@ pub fn table(t: &Throughput) -> Table {
         "events/s per worker core",
         "worker RSS per stream",
         "harness CPU (of machine)",
+        "warm-up",
+        "lease-write timeouts (acquire / renew)",
+        "leases lost",
     ];
     let note = format!(
         "highest sustained: {:.0} events/s end to end ({} streams × {} events/s), {:.0} events/s per worker core, {} workers ({:.0} streams per worker; most streams sustained: {}), {:.0} KiB worker RSS per stream, harness {:.0} % of the machine's CPU ({} cores)",
