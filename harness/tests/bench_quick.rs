@@ -142,8 +142,16 @@ fn quick_throughput_bench_writes_sane_files() {
     for step in t["steps"].as_array().unwrap() {
         // The fleet's lease writes are counted: a step that warmed up acquired every stream.
         let writes = &step["lease_writes"];
-        assert!(num(writes, "acquires") >= num(t, "streams").min(1.0), "{step}");
-        for key in ["acquire_timeouts", "renewal_timeouts", "throttled", "leases_lost"] {
+        assert!(
+            num(writes, "acquires") >= num(t, "streams").min(1.0),
+            "{step}"
+        );
+        for key in [
+            "acquire_timeouts",
+            "renewal_timeouts",
+            "throttled",
+            "leases_lost",
+        ] {
             assert!(writes[key].is_number(), "{key} missing in {step}");
         }
         if step["warm_up_ms"].is_number() {

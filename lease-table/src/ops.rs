@@ -487,7 +487,10 @@ pub async fn fleet_read(client: &Client, table: &str) -> Result<FleetSignal, OpE
     Ok(signal)
 }
 
-fn done_or_refused<O>(
+/// A conditional `UpdateItem`'s result as an [`Outcome`]: done, refused by its condition (with
+/// the item when the request asked for it back), or an error naming `op` and the stream, its
+/// kind classified (throttling, timeouts, other).
+pub fn done_or_refused<O>(
     op: &'static str,
     stream_id: &str,
     result: Result<O, SdkError<UpdateItemError>>,

@@ -470,21 +470,7 @@ impl LeaseTable {
                 .expression_attribute_values(":token", AttributeValue::N(fence.to_string()))
                 .send()
                 .await;
-            match result {
-                Ok(_) => Ok(Outcome::Done(())),
-                Err(e)
-                    if e.as_service_error()
-                        .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-                {
-                    Ok(Outcome::Refused { current: None })
-                }
-                Err(e) => Err(OpError {
-                    op: "note_skipped",
-                    stream_id: stream_id.to_string(),
-                    kind: ErrorKind::Other,
-                    message: aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string(),
-                }),
-            }
+            ops::done_or_refused("note_skipped", stream_id, result)
         };
         self.timed("note_skipped", AWS_CALL_TIMEOUT, call).await
     }
@@ -509,21 +495,7 @@ impl LeaseTable {
                 .expression_attribute_values(":now", AttributeValue::N(now.to_string()))
                 .send()
                 .await;
-            match result {
-                Ok(_) => Ok(Outcome::Done(())),
-                Err(e)
-                    if e.as_service_error()
-                        .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-                {
-                    Ok(Outcome::Refused { current: None })
-                }
-                Err(e) => Err(OpError {
-                    op: "bid",
-                    stream_id: stream_id.to_string(),
-                    kind: ErrorKind::Other,
-                    message: aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string(),
-                }),
-            }
+            ops::done_or_refused("bid", stream_id, result)
         };
         self.timed("bid", timeout, call).await
     }
