@@ -15,6 +15,8 @@ use std::process::ExitCode;
 use clap::Args;
 use serde::Serialize;
 
+use crate::report::{table_markdown, Cell, Table};
+
 /// `harness cost` flags.
 #[derive(Debug, Args)]
 pub struct CostArgs {
@@ -195,11 +197,11 @@ pub fn main(args: CostArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// The rows as a Markdown table, with the settings they assume.
+/// The rows as a Markdown table (the report's table model), with the settings they assume.
 pub fn table(model: &Model, rows: &[Row]) -> String {
-    let mut out = format!(
+    let intro = format!(
         "DynamoDB on-demand, renew {} s, scan {} s, fleet poll {} ms, {} B items, \
-         ${}/M WRU, ${}/M RRU, 30-day month\n\n",
+         ${}/M WRU, ${}/M RRU, 30-day month",
         model.renew_seconds,
         model.scan_seconds,
         model.fleet_poll_ms,
@@ -207,28 +209,48 @@ pub fn table(model: &Model, rows: &[Row]) -> String {
         model.write_price,
         model.read_price
     );
-    out.push_str(
-        "| streams | workers | renew WRU/s | scan RRU/s | fleet RRU/s | renew $/mo | scan $/mo \
-         | fleet $/mo | total $/mo | hottest item reads/s | discovery RRU/stream/h |\n",
-    );
-    out.push_str("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    for r in rows {
-        out.push_str(&format!(
-            "| {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.1} |\n",
-            r.streams,
-            r.workers,
-            r.renew_wru_s,
-            r.scan_rru_s,
-            r.fleet_rru_s,
-            r.renew_usd_month,
-            r.scan_usd_month,
-            r.fleet_usd_month,
-            r.total_usd_month,
-            r.hottest_item_reads_s,
-            r.discovery_rru_per_stream_hour
-        ));
-    }
-    out
+    let headers = [
+        "streams",
+        "workers",
+        "renew WRU/s",
+        "scan RRU/s",
+        "fleet RRU/s",
+        "renew $/mo",
+        "scan $/mo",
+        "fleet $/mo",
+        "total $/mo",
+        "hottest item reads/s",
+        "discovery RRU/stream/h",
+    ];
+    let rows = rows
+        .iter()
+        .map(|r| -> Vec<Cell> {
+            let whole = [
+                r.renew_wru_s,
+                r.scan_rru_s,
+                r.fleet_rru_s,
+                r.renew_usd_month,
+                r.scan_usd_month,
+                r.fleet_usd_month,
+                r.total_usd_month,
+                r.hottest_item_reads_s,
+            ];
+            [r.streams.to_string(), r.workers.to_string()]
+                .into_iter()
+                .chain(whole.iter().map(|v| format!("{v:.0}")))
+                .chain([format!("{:.1}", r.discovery_rru_per_stream_hour)])
+                .map(Cell::from)
+                .collect()
+        })
+        .collect();
+    table_markdown(&Table {
+        id: "cost",
+        title: "DynamoDB cost model".to_string(),
+        intro: Some(intro),
+        headers: headers.iter().map(|h| h.to_string()).collect(),
+        rows,
+        note: None,
+    })
 }
 
 #[cfg(test)]

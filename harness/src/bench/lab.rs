@@ -243,48 +243,10 @@ impl Lab {
         }
     }
 
-    /// Sums a counter family by `label` over every live worker's `/metrics`. A worker whose
-    /// address is unknown or whose scrape fails fails the measurement (a sum over fewer workers
-    /// than ran would understate the cost, silently).
-    pub async fn counters(
-        &self,
-        metric: &str,
-        label: &str,
-    ) -> anyhow::Result<BTreeMap<String, f64>> {
-        let alive = self.fleet.alive();
-        let addrs: Vec<(String, SocketAddr)> = {
-            let addrs = self.addrs.lock().expect("addrs lock poisoned");
-            alive
-                .iter()
-                .map(|n| {
-                    addrs.get(n).map(|a| (n.clone(), *a)).ok_or_else(|| {
-                        anyhow::anyhow!("{metric}: no metrics address for {n} (not ready?)")
-                    })
-                })
-                .collect::<anyhow::Result<_>>()?
-        };
-        let scrapes = addrs.iter().map(|(name, a)| async move {
-            metrics::scrape(&self.http, *a)
-                .await
-                .map_err(|e| anyhow::anyhow!("{metric}: scraping {name} at {a}: {e}"))
-        });
-        let mut total = BTreeMap::new();
-        for text in futures_util::future::join_all(scrapes).await {
-            for (k, v) in metrics::sum_by_label(&text?, metric, label) {
-                *total.entry(k).or_default() += v;
-            }
-        }
-        Ok(total)
-    }
-
-    /// Sums a counter family over the series matching `filter`, over every live worker but
-    /// `except` (a scrape failure fails the measurement, as in [`Lab::counters`]).
-    pub async fn counter_where(
-        &self,
-        metric: &str,
-        filter: &[(&str, &str)],
-        except: &str,
-    ) -> anyhow::Result<f64> {
+    /// Every live worker's `/metrics` text but `except`'s. A worker whose address is unknown or
+    /// whose scrape fails fails the measurement (a sum over fewer workers than ran would
+    /// understate it, silently); `what` names the measurement in the error.
+    pub async fn scrape_fleet(&self, what: &str, except: &str) -> anyhow::Result<Vec<String>> {
         let addrs: Vec<(String, SocketAddr)> = {
             let addrs = self.addrs.lock().expect("addrs lock poisoned");
             self.fleet
@@ -293,7 +255,7 @@ impl Lab {
                 .filter(|n| n != except)
                 .map(|n| {
                     let a = addrs.get(&n).copied().ok_or_else(|| {
-                        anyhow::anyhow!("{metric}: no metrics address for {n} (not ready?)")
+                        anyhow::anyhow!("{what}: no metrics address for {n} (not ready?)")
                     })?;
                     Ok((n, a))
                 })
@@ -302,13 +264,43 @@ impl Lab {
         let scrapes = addrs.iter().map(|(name, a)| async move {
             metrics::scrape(&self.http, *a)
                 .await
-                .map_err(|e| anyhow::anyhow!("{metric}: scraping {name} at {a}: {e}"))
+                .map_err(|e| anyhow::anyhow!("{what}: scraping {name} at {a}: {e}"))
         });
-        let mut total = 0.0;
-        for text in futures_util::future::join_all(scrapes).await {
-            total += metrics::sum_where(&text?, metric, filter);
+        futures_util::future::join_all(scrapes)
+            .await
+            .into_iter()
+            .collect()
+    }
+
+    /// Sums a counter family by `label` over every live worker's `/metrics` (a scrape failure
+    /// fails the measurement, see [`Lab::scrape_fleet`]).
+    pub async fn counters(
+        &self,
+        metric: &str,
+        label: &str,
+    ) -> anyhow::Result<BTreeMap<String, f64>> {
+        let mut total = BTreeMap::new();
+        for text in self.scrape_fleet(metric, "").await? {
+            for (k, v) in metrics::sum_by_label(&text, metric, label) {
+                *total.entry(k).or_default() += v;
+            }
         }
         Ok(total)
+    }
+
+    /// Sums a counter family over the series matching `filter`, over every live worker but
+    /// `except` (a scrape failure fails the measurement, see [`Lab::scrape_fleet`]).
+    pub async fn counter_where(
+        &self,
+        metric: &str,
+        filter: &[(&str, &str)],
+        except: &str,
+    ) -> anyhow::Result<f64> {
+        let texts = self.scrape_fleet(metric, except).await?;
+        Ok(texts
+            .iter()
+            .map(|text| metrics::sum_where(text, metric, filter))
+            .sum())
     }
 
     /// Ends the lab: SIGKILLs the fleet, stops sink and upstream, closes the history and

@@ -14,6 +14,8 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use lease_table::LeaseItem;
+/// The fleet signal's read budget, which [`fleet_poll_for`] keeps to.
+pub use lease_table::FLEET_READS_PER_SECOND;
 
 use super::round::*;
 use tokio::time::Instant;
@@ -577,8 +579,6 @@ impl Supervision {
         fleet_poll_for(base, self.contenders.len() + 1)
     }
 }
-
-pub use lease_table::FLEET_READS_PER_SECOND;
 
 /// The poll interval of one of `live_owners` workers: `base`, or longer when the fleet would
 /// read the signal more than [`FLEET_READS_PER_SECOND`] times a second (50 ms up to 50 workers,

@@ -133,8 +133,8 @@ pub fn plan(
         }
         match (&item.owner_id, item.lease_expires_at) {
             // Released moments ago (a drain or a shed): the fleet looks at once; rank decides.
-            (None, _) if item.updated_at.is_some_and(|t| t > now_ms - HERD_RECENT_MS) => {
-                let released = item.updated_at.unwrap_or(0);
+            (None, _) if released_at(item, now_ms).is_some() => {
+                let released = released_at(item, now_ms).unwrap_or(0);
                 match bid_on.get(id) {
                     // This worker asked for it: it is handed over to it, no herd.
                     Some(bid) if bid.bidder == me && bid.at <= released => candidates.push(id),
@@ -296,8 +296,8 @@ pub fn plan(
 /// stream someone else holds ([`PlanLimits::takeable_at`] plus its herd delay, for streams
 /// where it is among the first [`HERD_WATCHERS`] contenders; the others find the stream free,
 /// or taken, in their next scan), or, while it has room, a stream released moments ago (the
-/// release time plus the herd delay of its place in that stream's line). Computed again after an acquire round, whose refusals reveal
-/// leases renewed (or taken) since the scan.
+/// release time plus the herd delay of its place in that stream's line). Computed again after
+/// an acquire round, whose refusals reveal leases renewed (or taken) since the scan.
 pub fn next_watch(
     items: &[LeaseItem],
     me: &str,
@@ -333,10 +333,10 @@ pub fn next_watch(
     // a 1,173 ms handoff at lease 30 s, 2026-12-06).
     let target = share(contenders.len() + 1);
     if owned.len() < target {
-        let released: Vec<&LeaseItem> = items
+        let released: Vec<(&str, i64)> = items
             .iter()
             .filter(|i| i.owner_id.is_none() && !owned.contains(&i.stream_id))
-            .filter(|i| i.updated_at.is_some_and(|t| t > now_ms - HERD_RECENT_MS))
+            .filter_map(|i| Some((i.stream_id.as_str(), released_at(i, now_ms)?)))
             .collect();
         let lines = Lines::new(
             me,
@@ -344,11 +344,10 @@ pub fn next_watch(
             &contenders,
             |o| counts.get(o).copied().unwrap_or(0),
             target,
-            released.iter().map(|i| i.stream_id.as_str()).collect(),
+            released.iter().map(|(id, _)| *id).collect(),
         );
-        for item in released {
-            let at = item.updated_at.unwrap_or(0);
-            consider(at + herd_delay_ms(lines.place(&item.stream_id)));
+        for (id, at) in released {
+            consider(at + herd_delay_ms(lines.place(id)));
         }
     }
     for (holder, held) in by_holder {
@@ -453,6 +452,12 @@ pub const HERD_JITTER_MS: i64 = 20;
 pub const HERD_STEP_MS: i64 = 100;
 /// A free item written this recently was just released: contended by rank like an expiry.
 pub const HERD_RECENT_MS: i64 = 2_000;
+
+/// When `item`, free, was released, if that was within [`HERD_RECENT_MS`] of `now_ms`.
+fn released_at(item: &LeaseItem, now_ms: i64) -> Option<i64> {
+    item.updated_at
+        .filter(|t| item.owner_id.is_none() && *t > now_ms - HERD_RECENT_MS)
+}
 
 /// This worker's place (0 = first) among `me` and `others` for `stream`, by [`rank`]: the same
 /// order on every worker that sees the same live owners.

@@ -306,6 +306,22 @@ impl Sim {
         }
     }
 
+    /// The streams `owner` holds in the table.
+    fn held_by(&self, owner: &str) -> Vec<&LeaseItem> {
+        self.table
+            .iter()
+            .filter(|i| i.owner_id.as_deref() == Some(owner))
+            .collect()
+    }
+
+    /// When `stream` was first acquired at or after `since` (virtual ms).
+    fn taken_at(&self, stream: &str, since: i64) -> Option<i64> {
+        self.changes
+            .iter()
+            .find(|(t, s)| *t >= since && s == stream)
+            .map(|(t, _)| *t)
+    }
+
     fn kill(&mut self, w: usize) {
         self.workers[w].alive = false;
         self.workers[w].owned.clear();
@@ -476,19 +492,14 @@ proptest! {
         let name = sim.workers[victim].name.clone();
         let killed_at = sim.now;
         let expiring: Vec<(String, i64)> = sim
-            .table
-            .iter()
-            .filter(|i| i.owner_id.as_deref() == Some(name.as_str()))
+            .held_by(&name)
+            .into_iter()
             .map(|i| (i.stream_id.clone(), i.lease_expires_at.unwrap_or(0) - sim.base_ms))
             .collect();
         sim.kill(victim);
         sim.run_until(killed_at + LEASE_MS + 10_000);
         for (stream, expires) in expiring {
-            let taken = sim
-                .changes
-                .iter()
-                .find(|(t, s)| *t >= killed_at && *s == stream)
-                .map(|(t, _)| *t);
+            let taken = sim.taken_at(&stream, killed_at);
             let bound = expires + SKEW_MS + 2 * TICK_MS + HERD_JITTER_MS;
             prop_assert!(
                 taken.is_some_and(|t| t <= bound),
@@ -522,12 +533,8 @@ proptest! {
         sim.run_until(30_000);
         let victim = victim % starts.len();
         let name = sim.workers[victim].name.clone();
-        let mut held: Vec<String> = sim
-            .table
-            .iter()
-            .filter(|i| i.owner_id.as_deref() == Some(name.as_str()))
-            .map(|i| i.stream_id.clone())
-            .collect();
+        let mut held: Vec<String> =
+            sim.held_by(&name).into_iter().map(|i| i.stream_id.clone()).collect();
         held.sort();
         let later = held.split_off(split % (held.len() + 1));
         sim.kill(victim);
@@ -540,11 +547,7 @@ proptest! {
         }
         sim.run_until(sim.now + 5_000);
         for (stream, at) in released {
-            let taken = sim
-                .changes
-                .iter()
-                .find(|(t, s)| *t >= at && *s == stream)
-                .map(|(t, _)| *t);
+            let taken = sim.taken_at(&stream, at);
             let bound = at + 2 * TICK_MS + herd_delay_ms(starts.len()) + 2 * TICK_MS;
             prop_assert!(
                 taken.is_some_and(|t| t <= bound),
