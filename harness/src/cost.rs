@@ -3,12 +3,20 @@
 //!
 //! A pure model of the requests `lease-worker` makes (lease-table/src): one conditional
 //! `UpdateItem` per held stream per renew interval (1 WRU: items are under 1 KB), one full
-//! strongly consistent `Scan` per worker per scan interval (1 RRU per 4 KB read), one eventually
+//! eventually consistent `Scan` per worker per scan interval (0.5 RRU per 4 KB read; the worker
+//! scans consistently only after a lost race or a fleet change, which `harness bench scale`
+//! counts: a few percent of its scans in a steady fleet), one eventually
 //! consistent `GetItem` of the fleet signal per worker per poll (0.5 RRU; the poll slows as the
 //! fleet grows so that the whole fleet reads it at most `lease_table::FLEET_READS_PER_SECOND`
 //! times a second). Checkpoints and
 //! takeovers are left out: they scale with traffic and faults, not with the fleet's size. The
 //! takeover bench (`harness bench takeover`) measures the same counts on a real table.
+//!
+//! `--discovery segmented` prices the design argued in worker/README.md ("Discovery at scale")
+//! instead: a membership table (one small item per worker, written every renew interval and
+//! scanned by every worker every scan interval), and each worker scanning two segments of a
+//! parallel `Scan` of the lease table (its own, by rank, and one rotating), so that the fleet
+//! reads the table about twice per scan interval whatever its size.
 
 use std::process::ExitCode;
 
@@ -44,10 +52,31 @@ pub struct CostArgs {
     /// On-demand price, USD per million read request units (us-east-1, 2026).
     #[arg(long, default_value_t = 0.125)]
     pub read_price: f64,
+    /// Which discovery to price: `full` (today's worker: every worker scans the whole table) or
+    /// `segmented` (the design of worker/README.md, "Discovery at scale").
+    #[arg(long, value_enum, default_value_t = Discovery::Full)]
+    pub discovery: Discovery,
     /// Print the rows as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
 }
+
+/// How workers discover streams, as priced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Discovery {
+    /// Every worker scans the whole lease table every scan interval (today's worker).
+    Full,
+    /// Two segments per worker per scan interval, plus a membership table.
+    Segmented,
+}
+
+/// Bytes of one worker's membership item (owner id, task ARN, held count, segment count,
+/// heartbeat, draining flag): under 1 KB, so one write unit.
+pub const MEMBER_ITEM_BYTES: u64 = 150;
+/// Segments each worker scans per scan interval in the segmented design: its own and a
+/// rotating one.
+pub const SEGMENTS_PER_WORKER: f64 = 2.0;
 
 /// One fleet size, priced.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -60,15 +89,19 @@ pub struct Row {
     pub scan_rru_s: f64,
     /// Fleet-signal reads per second (RRU/s), all workers.
     pub fleet_rru_s: f64,
+    /// Membership writes and reads (segmented discovery only; 0 for full).
+    pub member_wru_s: f64,
+    pub member_rru_s: f64,
     /// USD per 30-day month, each part and the total.
     pub renew_usd_month: f64,
     pub scan_usd_month: f64,
     pub fleet_usd_month: f64,
+    pub member_usd_month: f64,
     pub total_usd_month: f64,
-    /// Reads per second of the single hottest item (the fleet signal; DynamoDB serves about
-    /// 3,000 RRU/s per partition, so far above that it is throttled).
+    /// Reads per second of the single hottest item (the fleet signal, or a membership item;
+    /// DynamoDB serves about 3,000 RRU/s per partition, so far above that it is throttled).
     pub hottest_item_reads_s: f64,
-    /// Discovery (scans + fleet reads) RRU per stream per hour.
+    /// Discovery (scans, fleet reads, membership) request units per stream per hour.
     pub discovery_rru_per_stream_hour: f64,
     /// Discovery cost as a percentage of the renewals' cost.
     pub discovery_pct_of_renewals: f64,
@@ -83,6 +116,7 @@ pub struct Model {
     pub item_bytes: u64,
     pub write_price: f64,
     pub read_price: f64,
+    pub discovery: Discovery,
 }
 
 const MONTH_SECONDS: f64 = 30.0 * 24.0 * 3600.0;
@@ -91,8 +125,22 @@ impl Model {
     /// Prices `streams` over `workers`.
     pub fn row(&self, streams: u64, workers: u64) -> Row {
         let renew_wru_s = streams as f64 / self.renew_seconds;
-        let scan_rru = (streams * self.item_bytes).div_ceil(4096) as f64;
-        let scan_rru_s = workers as f64 * scan_rru / self.scan_seconds;
+        // Eventually consistent: half a read unit per 4 KB.
+        let scan_rru = (streams * self.item_bytes).div_ceil(4096) as f64 * 0.5;
+        let (scan_rru_s, member_wru_s, member_rru_s, member_reads_s) = match self.discovery {
+            Discovery::Full => (workers as f64 * scan_rru / self.scan_seconds, 0.0, 0.0, 0.0),
+            Discovery::Segmented => {
+                // Each worker reads 2 / W of the table (at least all of it once, at W = 1).
+                let passes = SEGMENTS_PER_WORKER.min(workers as f64);
+                let members_rru = (workers * MEMBER_ITEM_BYTES).div_ceil(4096) as f64 * 0.5;
+                (
+                    passes * scan_rru / self.scan_seconds,
+                    workers as f64 * MEMBER_ITEM_BYTES.div_ceil(1024) as f64 / self.renew_seconds,
+                    workers as f64 * members_rru / self.scan_seconds,
+                    workers as f64 / self.scan_seconds,
+                )
+            }
+        };
         // Each worker's poll interval grows with the fleet, so that the whole fleet reads the
         // signal at most `FLEET_READS_PER_SECOND` times a second (worker `fleet_poll_for`).
         let fleet_reads_s = if self.fleet_poll_ms == 0 {
@@ -106,27 +154,33 @@ impl Model {
         let renew_usd_month = month(renew_wru_s, self.write_price);
         let scan_usd_month = month(scan_rru_s, self.read_price);
         let fleet_usd_month = month(fleet_rru_s, self.read_price);
-        let discovery_rru_s = scan_rru_s + fleet_rru_s;
+        let member_usd_month =
+            month(member_wru_s, self.write_price) + month(member_rru_s, self.read_price);
+        let discovery_units_s = scan_rru_s + fleet_rru_s + member_wru_s + member_rru_s;
+        let discovery_usd_month = scan_usd_month + fleet_usd_month + member_usd_month;
         Row {
             streams,
             workers,
             renew_wru_s,
             scan_rru_s,
             fleet_rru_s,
+            member_wru_s,
+            member_rru_s,
             renew_usd_month,
             scan_usd_month,
             fleet_usd_month,
-            total_usd_month: renew_usd_month + scan_usd_month + fleet_usd_month,
-            hottest_item_reads_s: fleet_reads_s,
+            member_usd_month,
+            total_usd_month: renew_usd_month + discovery_usd_month,
+            hottest_item_reads_s: fleet_reads_s.max(member_reads_s),
             discovery_rru_per_stream_hour: if streams == 0 {
                 0.0
             } else {
-                discovery_rru_s * 3600.0 / streams as f64
+                discovery_units_s * 3600.0 / streams as f64
             },
             discovery_pct_of_renewals: if renew_usd_month == 0.0 {
                 0.0
             } else {
-                100.0 * (scan_usd_month + fleet_usd_month) / renew_usd_month
+                100.0 * discovery_usd_month / renew_usd_month
             },
         }
     }
@@ -165,6 +219,7 @@ impl CostArgs {
             item_bytes: self.item_bytes,
             write_price,
             read_price,
+            discovery: self.discovery,
         })
     }
 }
@@ -199,9 +254,13 @@ pub fn main(args: CostArgs) -> ExitCode {
 
 /// The rows as a Markdown table (the report's table model), with the settings they assume.
 pub fn table(model: &Model, rows: &[Row]) -> String {
+    let discovery = match model.discovery {
+        Discovery::Full => "full scans by every worker",
+        Discovery::Segmented => "segmented scans and a membership table",
+    };
     let intro = format!(
-        "DynamoDB on-demand, renew {} s, scan {} s, fleet poll {} ms, {} B items, \
-         ${}/M WRU, ${}/M RRU, 30-day month",
+        "DynamoDB on-demand, discovery by {discovery}, renew {} s, scan {} s, fleet poll {} ms, \
+         {} B items, eventually consistent scans, ${}/M WRU, ${}/M RRU, 30-day month",
         model.renew_seconds,
         model.scan_seconds,
         model.fleet_poll_ms,
@@ -215,12 +274,15 @@ pub fn table(model: &Model, rows: &[Row]) -> String {
         "renew WRU/s",
         "scan RRU/s",
         "fleet RRU/s",
+        "member WRU+RRU/s",
         "renew $/mo",
         "scan $/mo",
         "fleet $/mo",
+        "member $/mo",
         "total $/mo",
+        "discovery % of renewals",
         "hottest item reads/s",
-        "discovery RRU/stream/h",
+        "discovery units/stream/h",
     ];
     let rows = rows
         .iter()
@@ -229,16 +291,21 @@ pub fn table(model: &Model, rows: &[Row]) -> String {
                 r.renew_wru_s,
                 r.scan_rru_s,
                 r.fleet_rru_s,
+                r.member_wru_s + r.member_rru_s,
                 r.renew_usd_month,
                 r.scan_usd_month,
                 r.fleet_usd_month,
+                r.member_usd_month,
                 r.total_usd_month,
-                r.hottest_item_reads_s,
             ];
             [r.streams.to_string(), r.workers.to_string()]
                 .into_iter()
                 .chain(whole.iter().map(|v| format!("{v:.0}")))
-                .chain([format!("{:.1}", r.discovery_rru_per_stream_hour)])
+                .chain([
+                    format!("{:.1}", r.discovery_pct_of_renewals),
+                    format!("{:.0}", r.hottest_item_reads_s),
+                    format!("{:.1}", r.discovery_rru_per_stream_hour),
+                ])
                 .map(Cell::from)
                 .collect()
         })
@@ -265,6 +332,7 @@ mod tests {
             item_bytes: 200,
             write_price: 0.625,
             read_price: 0.125,
+            discovery: Discovery::Full,
         }
     }
 
@@ -272,14 +340,15 @@ mod tests {
     fn a_hundred_thousand_streams_over_a_thousand_workers() {
         let r = model().row(100_000, 1_000);
         assert_eq!(r.renew_wru_s, 10_000.0);
-        // 100,000 × 200 B = 20,000,000 B = 4,883 pages of 4 KB, per worker per 10 s.
-        assert_eq!(r.scan_rru_s, 488_300.0);
+        // 100,000 × 200 B = 20,000,000 B = 4,883 blocks of 4 KB at half a unit each (eventually
+        // consistent), per worker per 10 s.
+        assert_eq!(r.scan_rru_s, 244_150.0);
         // 1,000 workers at 50 ms would read the signal 20,000 times a second; their polls slow
         // to 1 s, so the fleet reads it 1,000 times a second.
         assert_eq!(r.fleet_rru_s, 500.0);
         assert_eq!(r.hottest_item_reads_s, 1_000.0);
         assert!((r.renew_usd_month - 16_200.0).abs() < 0.01, "{r:?}");
-        assert!((r.scan_usd_month - 158_210.0).abs() < 1.0, "{r:?}");
+        assert!((r.scan_usd_month - 79_105.0).abs() < 1.0, "{r:?}");
         assert!((r.fleet_usd_month - 162.0).abs() < 0.01, "{r:?}");
         // A small fleet polls at the configured interval.
         assert_eq!(model().row(1_000, 10).hottest_item_reads_s, 200.0);
@@ -292,6 +361,29 @@ mod tests {
         assert_eq!(small.renew_wru_s, large.renew_wru_s);
         assert!(large.scan_rru_s > 99.0 * small.scan_rru_s);
         assert!(large.discovery_pct_of_renewals > small.discovery_pct_of_renewals);
+    }
+
+    #[test]
+    fn segmented_discovery_is_flat_per_stream_and_within_ten_percent_of_renewals() {
+        let seg = |streams, workers| {
+            Model {
+                discovery: Discovery::Segmented,
+                ..model()
+            }
+            .row(streams, workers)
+        };
+        let r = seg(100_000, 1_000);
+        // Two passes over 4,883 blocks at half a unit, per 10 s.
+        assert!((r.scan_rru_s - 488.3).abs() < 0.01, "{r:?}");
+        // 1,000 members of 150 B: 37 blocks, scanned by each worker per 10 s; one write each.
+        assert_eq!((r.member_wru_s, r.member_rru_s), (100.0, 1_850.0));
+        assert!(r.discovery_pct_of_renewals < 10.0, "{r:?}");
+        assert_eq!(r.hottest_item_reads_s, 1_000.0);
+        // Scans no longer grow with workers; membership does, slowly.
+        let (w10, w100) = (seg(10_000, 10), seg(10_000, 100));
+        assert_eq!(w10.scan_rru_s, w100.scan_rru_s);
+        // One worker scans its one segment: the whole table once.
+        assert_eq!(seg(10_000, 1).scan_rru_s, model().row(10_000, 1).scan_rru_s);
     }
 
     #[test]
@@ -316,6 +408,7 @@ mod tests {
                 item_bytes: 200,
                 write_price: 0.625,
                 read_price: 0.125,
+                discovery: Discovery::Full,
                 json: false,
             };
             f(&mut a);

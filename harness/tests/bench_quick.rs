@@ -166,6 +166,71 @@ fn quick_throughput_bench_writes_sane_files() {
     }
 }
 
+#[test]
+#[ignore = "takes about two minutes; CI runs it with --ignored"]
+fn quick_scale_bench_writes_sane_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = bench(&["scale"], dir.path());
+    for file in ["scale.md", "scale.html"] {
+        assert!(dir.path().join(file).is_file(), "{file} missing");
+    }
+    let rows = json["scale"].as_array().expect("scale list");
+    assert_eq!(rows.len(), 2, "one row per fleet size (2 and 4): {json}");
+    let lease_ms = num(&json["scale_config"], "lease_ms");
+    let renew_s = num(&json["scale_config"], "renew_ms") / 1000.0;
+    for row in rows {
+        // Capacity came from the workers' meters: renewals at one write unit each, give or take
+        // the hurried renewals of a freshly acquired stream and the takeovers' writes.
+        let writes = num(row, "write_units_per_stream_hour");
+        let renewals = 3600.0 / renew_s;
+        assert!(
+            writes > 0.5 * renewals && writes < 3.0 * renewals,
+            "{writes} write units per stream-hour against {renewals} renewals: {row}"
+        );
+        assert!(num(row, "read_units_per_stream_hour") > 0.0, "{row}");
+        let by_api = &row["units_per_stream_hour_by_api"];
+        assert!(
+            num(by_api, "Scan") > 0.0 && num(by_api, "GetItem") > 0.0,
+            "{row}"
+        );
+        for op in ["renew", "scan", "fleet_read"] {
+            assert!(
+                num(&row["requests_per_stream_hour"], op) > 0.0,
+                "{op}: {row}"
+            );
+        }
+        // Every scan reads every item: the hottest item is read at least that often.
+        assert!(
+            num(row, "hottest_item_reads_per_s") >= num(row, "scans_per_s"),
+            "{row}"
+        );
+        assert!(num(row, "crash_samples") >= 1.0, "{row}");
+        assert!(num(row, "handoff_samples") >= 1.0, "{row}");
+        let crash = &row["crash_overhead_ms"];
+        assert!(num(crash, "p50") <= num(crash, "max"), "{row}");
+        // A handoff has no lease to wait out.
+        assert!(num(&row["handoff_ms"], "max") < lease_ms, "{row}");
+        assert!(num(row, "worker_rss_bytes_per_stream") > 0.0, "{row}");
+        let share = num(row, "harness_cpu_share");
+        assert!(share > 0.0 && share <= 1.0, "{row}");
+    }
+    let model = &json["cost_model"];
+    assert!(!model["assumptions"].as_array().unwrap().is_empty());
+    let priced = model["rows"].as_array().unwrap();
+    // The two measured sizes and the two default model sizes.
+    assert_eq!(priced.len(), 4, "{model}");
+    let large = priced.last().unwrap();
+    assert_eq!(
+        (num(large, "streams"), num(large, "workers")),
+        (100_000.0, 1_000.0)
+    );
+    assert!(num(large, "usd_per_month") > 0.0, "{large}");
+    assert!(
+        num(large, "hottest_item_reads_per_s") > 0.0 && num(large, "write_units_per_s") > 0.0,
+        "{large}"
+    );
+}
+
 /// A small throughput ramp (2 workers, 20 streams, 3 s steps at `rates`) into `out`, with its
 /// stderr piped for the test to read.
 fn small_throughput_bench(out: &Path, rates: &str) -> std::process::Child {

@@ -241,6 +241,7 @@ impl Supervisor {
         let scanned = self.shared.table.scan(SCAN_PAGE_TIMEOUT, consistent).await;
         match scanned {
             Ok(view) => {
+                self.shared.metrics.scans.inc();
                 if !self.readiness.scanned.swap(true, Ordering::Relaxed) {
                     tracing::info!(
                         streams = view.items.len(),

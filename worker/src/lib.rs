@@ -7,6 +7,7 @@
 //!
 //! Entry point: [`run`] with a validated [`Config`] and a shutdown future.
 
+pub mod capacity;
 pub mod config;
 pub mod decide;
 pub mod discovery;

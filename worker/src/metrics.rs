@@ -30,6 +30,12 @@ pub const DYNAMO_OPS: &[&str] = &[
     "fleet_read",
     "fleet_bump",
 ];
+/// The (api, kind) series of `lease_worker_dynamodb_capacity_units_total`, present at zero.
+pub const CAPACITY_SERIES: &[(&str, &str)] = &[
+    ("UpdateItem", "write"),
+    ("Scan", "read"),
+    ("GetItem", "read"),
+];
 /// DynamoDB outcome labels (`outcome`).
 pub const DYNAMO_OUTCOMES: &[&str] = &[
     "ok",
@@ -73,11 +79,15 @@ pub struct Metrics {
     pub live_owners: Gauge,
     pub fair_share: Gauge,
     pub acquisitions: Counter,
+    /// Whole-table discovery scans completed (every page read).
+    pub scans: Counter,
     pub leases_lost: Family<Labels, Counter>,
     pub releases: Family<Labels, Counter>,
     pub renew_latency: Histogram,
     pub renew_failures: Family<Labels, Counter>,
     pub dynamodb_requests: Family<Labels, Counter>,
+    /// Capacity units DynamoDB reported consumed, by API and kind (see `capacity.rs`).
+    pub dynamodb_capacity: Family<Labels, Counter<f64, AtomicU64>>,
     pub events_published: Counter,
     pub events_replayed_skipped: Counter,
     pub batches_published: Counter,
@@ -112,11 +122,13 @@ impl Metrics {
             live_owners: Gauge::default(),
             fair_share: Gauge::default(),
             acquisitions: Counter::default(),
+            scans: Counter::default(),
             leases_lost: Family::default(),
             releases: Family::default(),
             renew_latency: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
             renew_failures: Family::default(),
             dynamodb_requests: Family::default(),
+            dynamodb_capacity: Family::default(),
             events_published: Counter::default(),
             events_replayed_skipped: Counter::default(),
             batches_published: Counter::default(),
@@ -176,6 +188,11 @@ impl Metrics {
             m.acquisitions.clone(),
         );
         r.register(
+            "lease_worker_scans",
+            "Discovery scans completed (all pages of the table read)",
+            m.scans.clone(),
+        );
+        r.register(
             "lease_worker_leases_lost",
             "Leases lost without a release, by reason",
             m.leases_lost.clone(),
@@ -199,6 +216,11 @@ impl Metrics {
             "lease_worker_dynamodb_requests",
             "DynamoDB requests, by operation and outcome",
             m.dynamodb_requests.clone(),
+        );
+        r.register(
+            "lease_worker_dynamodb_capacity_units",
+            "Capacity units DynamoDB reported consumed (ReturnConsumedCapacity), by API and kind; a refused conditional write counts 1",
+            m.dynamodb_capacity.clone(),
         );
         r.register(
             "lease_worker_events_published",
@@ -277,6 +299,11 @@ impl Metrics {
                     .get_or_create(&labels(&[("op", op), ("outcome", outcome)]));
             }
         }
+        for (api, kind) in CAPACITY_SERIES {
+            let _ = m
+                .dynamodb_capacity
+                .get_or_create(&labels(&[("api", api), ("kind", kind)]));
+        }
         for reason in LOST_REASONS {
             let _ = m.leases_lost.get_or_create(&labels(&[("reason", reason)]));
         }
@@ -302,6 +329,13 @@ impl Metrics {
         self.dynamodb_requests
             .get_or_create(&labels(&[("op", op), ("outcome", outcome)]))
             .inc();
+    }
+
+    /// Adds `units` of capacity consumed by one `api` call.
+    pub fn capacity(&self, api: &'static str, kind: &'static str, units: f64) {
+        self.dynamodb_capacity
+            .get_or_create(&labels(&[("api", api), ("kind", kind)]))
+            .inc_by(units);
     }
 
     /// Counts a lease lost for `reason`.

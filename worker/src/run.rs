@@ -11,6 +11,7 @@ use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::BehaviorVersion;
 
+use crate::capacity::CapacityMeter;
 use crate::config::{resolve_owner_id, Config};
 use crate::decide::Timing;
 use crate::discovery::Supervisor;
@@ -37,9 +38,10 @@ pub struct RunSummary {
     pub unreleased: usize,
 }
 
-/// Builds the DynamoDB client: the SDK's default chain, our region/endpoint when given, and no
-/// SDK-level retries (the worker retries itself, bounded by each lease's local deadline).
-pub async fn dynamodb_client(config: &Config) -> aws_sdk_dynamodb::Client {
+/// Builds the DynamoDB client: the SDK's default chain, our region/endpoint when given, no
+/// SDK-level retries (the worker retries itself, bounded by each lease's local deadline), and
+/// every request's consumed capacity counted in `metrics` ([`CapacityMeter`]).
+pub async fn dynamodb_client(config: &Config, metrics: Arc<Metrics>) -> aws_sdk_dynamodb::Client {
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
         .retry_config(RetryConfig::disabled())
         .timeout_config(
@@ -53,7 +55,11 @@ pub async fn dynamodb_client(config: &Config) -> aws_sdk_dynamodb::Client {
     if let Some(endpoint) = &config.aws_endpoint_url {
         loader = loader.endpoint_url(endpoint);
     }
-    aws_sdk_dynamodb::Client::new(&loader.load().await)
+    let sdk = loader.load().await;
+    let dynamodb = aws_sdk_dynamodb::config::Builder::from(&sdk)
+        .interceptor(CapacityMeter::new(metrics))
+        .build();
+    aws_sdk_dynamodb::Client::from_conf(dynamodb)
 }
 
 /// Runs the worker until `shutdown` resolves, then drains and returns.
@@ -93,7 +99,7 @@ pub async fn run(
         "lease-worker started"
     );
 
-    let client = dynamodb_client(&config).await;
+    let client = dynamodb_client(&config, metrics.clone()).await;
     let owner: Arc<str> = owner_id.as_str().into();
     let shared = Arc::new(Shared {
         table: LeaseTable::new(client, &config.table, &owner_id, metrics.clone()),

@@ -272,22 +272,6 @@ impl Lab {
             .collect()
     }
 
-    /// Sums a counter family by `label` over every live worker's `/metrics` (a scrape failure
-    /// fails the measurement, see [`Lab::scrape_fleet`]).
-    pub async fn counters(
-        &self,
-        metric: &str,
-        label: &str,
-    ) -> anyhow::Result<BTreeMap<String, f64>> {
-        let mut total = BTreeMap::new();
-        for text in self.scrape_fleet(metric, "").await? {
-            for (k, v) in metrics::sum_by_label(&text, metric, label) {
-                *total.entry(k).or_default() += v;
-            }
-        }
-        Ok(total)
-    }
-
     /// Sums a counter family over the series matching `filter`, over every live worker but
     /// `except` (a scrape failure fails the measurement, see [`Lab::scrape_fleet`]).
     pub async fn counter_where(
@@ -301,6 +285,35 @@ impl Lab {
             .iter()
             .map(|text| metrics::sum_where(text, metric, filter))
             .sum())
+    }
+
+    /// CPU ms and RSS bytes summed over the fleet's live workers (from `/proc`).
+    pub fn fleet_usage(&self) -> (u64, u64) {
+        self.fleet
+            .alive()
+            .iter()
+            .filter_map(|n| self.fleet.pid(n))
+            .filter_map(metrics::proc_usage)
+            .fold((0, 0), |(c, r), (c2, r2)| (c + c2, r + r2))
+    }
+
+    /// Watches the fleet for `length` with nothing injected: what its counters, the harness's
+    /// CPU and the workers' memory did (each worker scraped once at each end).
+    pub async fn window(&self, length: Duration) -> anyhow::Result<Window> {
+        let before = Counts::of(&self.scrape_fleet("the quiet window", "").await?);
+        let (harness_cpu0, _) = crate::usage::self_usage();
+        let started = Instant::now();
+        tokio::time::sleep(length).await;
+        let after = Counts::of(&self.scrape_fleet("the quiet window", "").await?);
+        let ms = started.elapsed().as_millis().max(1) as u64;
+        let (harness_cpu1, _) = crate::usage::self_usage();
+        let (_, fleet_rss_bytes) = self.fleet_usage();
+        Ok(Window {
+            ms,
+            counts: after.minus(&before),
+            harness_cpu_ms: harness_cpu1.saturating_sub(harness_cpu0),
+            fleet_rss_bytes,
+        })
     }
 
     /// Ends the lab: SIGKILLs the fleet, stops sink and upstream, closes the history and
@@ -325,6 +338,75 @@ impl Lab {
         let records: anyhow::Result<Vec<Record>> = crate::history::read(&path)?.collect();
         records
     }
+}
+
+/// Counters of a fleet, summed over its workers' `/metrics`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Counts {
+    /// DynamoDB requests by `op` (`lease_worker_dynamodb_requests_total`).
+    pub requests: BTreeMap<String, f64>,
+    /// Capacity units DynamoDB reported, by `api` (`UpdateItem` are write units, `Scan` and
+    /// `GetItem` read units: `lease_worker_dynamodb_capacity_units_total`).
+    pub capacity: BTreeMap<String, f64>,
+    /// Whole-table discovery scans completed (`lease_worker_scans_total`).
+    pub scans: f64,
+}
+
+impl Counts {
+    /// Sums the workers' `/metrics` texts.
+    pub fn of(texts: &[String]) -> Counts {
+        let mut c = Counts::default();
+        for text in texts {
+            for (k, v) in metrics::sum_by_label(text, metrics::DYNAMODB_REQUESTS, "op") {
+                *c.requests.entry(k).or_default() += v;
+            }
+            for (k, v) in metrics::sum_by_label(text, metrics::DYNAMODB_CAPACITY, "api") {
+                *c.capacity.entry(k).or_default() += v;
+            }
+            c.scans += metrics::sum_by_label(text, metrics::SCANS, "")
+                .values()
+                .sum::<f64>();
+        }
+        c
+    }
+
+    /// What grew from `earlier` to `self` (a series absent before counts from 0).
+    pub fn minus(&self, earlier: &Counts) -> Counts {
+        let diff = |now: &BTreeMap<String, f64>, then: &BTreeMap<String, f64>| {
+            now.iter()
+                .map(|(k, v)| (k.clone(), v - then.get(k).copied().unwrap_or(0.0)))
+                .collect()
+        };
+        Counts {
+            requests: diff(&self.requests, &earlier.requests),
+            capacity: diff(&self.capacity, &earlier.capacity),
+            scans: self.scans - earlier.scans,
+        }
+    }
+
+    /// Read units (`Scan` and `GetItem`).
+    pub fn read_units(&self) -> f64 {
+        ["Scan", "GetItem"]
+            .iter()
+            .map(|api| self.capacity.get(*api).copied().unwrap_or(0.0))
+            .sum()
+    }
+
+    /// Write units (`UpdateItem`).
+    pub fn write_units(&self) -> f64 {
+        self.capacity.get("UpdateItem").copied().unwrap_or(0.0)
+    }
+}
+
+/// A quiet window: [`Lab::window`].
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Window {
+    pub ms: u64,
+    pub counts: Counts,
+    /// The harness's own CPU time over the window.
+    pub harness_cpu_ms: u64,
+    /// The fleet's RSS at the window's end.
+    pub fleet_rss_bytes: u64,
 }
 
 /// What every bench starts from: the worker executable (resolved), `out` (created) and a

@@ -7,6 +7,10 @@ use std::time::Duration;
 
 /// The counter the worker increments on every DynamoDB request (labels `op`, `outcome`).
 pub const DYNAMODB_REQUESTS: &str = "lease_worker_dynamodb_requests_total";
+/// Capacity units DynamoDB reported consumed (labels `api`, `kind`).
+pub const DYNAMODB_CAPACITY: &str = "lease_worker_dynamodb_capacity_units_total";
+/// Discovery scans completed.
+pub const SCANS: &str = "lease_worker_scans_total";
 /// Leases a worker lost without releasing them (label `reason`).
 pub const LEASES_LOST: &str = "lease_worker_leases_lost_total";
 /// Events in batches the sink accepted.

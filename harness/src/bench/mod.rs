@@ -13,6 +13,7 @@ mod lab;
 pub mod logs;
 pub mod metrics;
 pub mod output;
+pub mod scale;
 pub mod stats;
 pub mod takeover;
 pub mod throughput;
@@ -30,6 +31,9 @@ pub enum BenchCommand {
     Takeover(TakeoverArgs),
     /// Highest sustained events/s through a fleet; per core, per stream RSS, harness CPU share.
     Throughput(ThroughputArgs),
+    /// DynamoDB cost per stream-hour, hottest item, takeover and memory as the fleet grows
+    /// (W = 10, 50, 100 side by side), and a cost model at any size.
+    Scale(ScaleArgs),
 }
 
 /// Flags shared by both benches.
@@ -108,6 +112,55 @@ pub struct ThroughputArgs {
     pub proxies: String,
 }
 
+/// `harness bench scale` flags.
+#[derive(Debug, Args)]
+pub struct ScaleArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Streams in the table. Default 2000, quick 60.
+    #[arg(long)]
+    pub streams: Option<usize>,
+    /// Fleet sizes measured one after the other, comma-separated. Default 10,50,100, quick 2,4.
+    #[arg(long, value_delimiter = ',')]
+    pub workers: Option<Vec<usize>>,
+    /// Events per second per stream (low: this bench measures the lease machinery).
+    #[arg(long, default_value_t = 0.5)]
+    pub rate: f64,
+    /// Lease in seconds (renew = lease / 3). Default 30 (the worker's), quick 6.
+    #[arg(long)]
+    pub lease: Option<f64>,
+    /// Seconds of the quiet window the rates come from. Default 60, quick 8.
+    #[arg(long)]
+    pub window_seconds: Option<u64>,
+    /// Crash takeovers per fleet size (as many graceful handoffs again).
+    #[arg(long, default_value_t = 1)]
+    pub runs: usize,
+    /// FLEET_POLL_MS given to the workers.
+    #[arg(long, default_value_t = 50)]
+    pub fleet_poll_ms: u64,
+    /// Extra sizes the cost model prices, STREAMS:WORKERS, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "10000:100,100000:1000")]
+    pub model: Vec<String>,
+    /// On-demand price, USD per million write request units (us-east-1, 2026).
+    #[arg(long, default_value_t = 0.625)]
+    pub write_price: f64,
+    /// On-demand price, USD per million read request units (us-east-1, 2026).
+    #[arg(long, default_value_t = 0.125)]
+    pub read_price: f64,
+}
+
+/// `STREAMS:WORKERS` → the pair, or what is wrong with it.
+fn model_size(text: &str) -> Result<(u64, u64), String> {
+    let bad =
+        || format!("--model {text:?}: expected STREAMS:WORKERS, both positive (e.g. 100000:1000)");
+    let (s, w) = text.split_once(':').ok_or_else(bad)?;
+    let (s, w) = (s.trim().parse::<u64>(), w.trim().parse::<u64>());
+    match (s, w) {
+        (Ok(s), Ok(w)) if s > 0 && w > 0 => Ok((s, w)),
+        _ => Err(bad()),
+    }
+}
+
 /// Set by the first Ctrl-C or SIGTERM. The bench finishes the fault or step it is in (its
 /// workers, DynamoDB Local and files are ended properly), writes what it measured and exits 130;
 /// a second signal quits at once (workers and a DynamoDB Local jar die with the harness through
@@ -177,6 +230,18 @@ impl Measured for takeover::TakeoverBench {
     }
 }
 
+impl Measured for scale::ScaleBench {
+    fn interrupted(&self) -> bool {
+        self.interrupted
+    }
+    fn is_empty(&self) -> bool {
+        self.scale.is_empty()
+    }
+    fn violations(&self) -> &[String] {
+        &self.violations
+    }
+}
+
 impl Measured for throughput::Throughput {
     fn interrupted(&self) -> bool {
         self.interrupted
@@ -203,6 +268,7 @@ pub async fn main(args: BenchArgs) -> ExitCode {
     let common = match &args.command {
         BenchCommand::Takeover(a) => &a.common,
         BenchCommand::Throughput(a) => &a.common,
+        BenchCommand::Scale(a) => &a.common,
     };
     let dynamodb = match mode(&common.dynamodb) {
         Ok(m) => m,
@@ -218,6 +284,7 @@ pub async fn main(args: BenchArgs) -> ExitCode {
     match args.command {
         BenchCommand::Takeover(a) => takeover_main(a, dynamodb, interrupt).await,
         BenchCommand::Throughput(a) => throughput_main(a, dynamodb, interrupt).await,
+        BenchCommand::Scale(a) => scale_main(a, dynamodb, interrupt).await,
     }
 }
 
@@ -361,6 +428,88 @@ async fn throughput_main(
                 crate::report::table_markdown(&throughput::table(result))
             );
             println!("  written: {}", options.out.join("bench.json").display());
+        },
+    )
+}
+
+async fn scale_main(
+    a: ScaleArgs,
+    dynamodb: dynamodb_local::Mode,
+    interrupt: Interrupt,
+) -> ExitCode {
+    let quick = a.common.quick;
+    let lease = a.lease.unwrap_or(if quick { 6.0 } else { 30.0 });
+    let workers =
+        a.workers
+            .clone()
+            .unwrap_or_else(|| if quick { vec![2, 4] } else { vec![10, 50, 100] });
+    let problem = if !(lease.is_finite() && lease >= 1.0) {
+        Some(format!("--lease {lease}: must be at least 1 second"))
+    } else if let Some(w) = workers.iter().find(|w| **w < 2) {
+        Some(format!(
+            "--workers {w}: each fleet needs at least 2 workers (one is killed, one is drained)"
+        ))
+    } else if !(a.rate.is_finite() && a.rate > 0.0) {
+        Some(format!("--rate {}: must be a positive number", a.rate))
+    } else if !(a.write_price > 0.0 && a.read_price > 0.0) {
+        Some("--write-price and --read-price must be positive".to_string())
+    } else {
+        None
+    };
+    if let Some(p) = problem {
+        eprintln!("harness bench scale: {p}");
+        return ExitCode::from(2);
+    }
+    let model_sizes = match a.model.iter().map(|m| model_size(m)).collect() {
+        Ok(sizes) => sizes,
+        Err(e) => {
+            eprintln!("harness bench scale: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let lease_ms = (lease * 1000.0).round() as u64;
+    let options = scale::ScaleOptions {
+        out: a.common.out.clone(),
+        config: scale::ScaleConfig {
+            streams: a.streams.unwrap_or(if quick { 60 } else { 2000 }).max(1),
+            workers,
+            rate: a.rate,
+            lease_ms,
+            renew_ms: takeover::renew_ms(lease_ms, 3.0),
+            fleet_poll_ms: a.fleet_poll_ms,
+            window_ms: a
+                .window_seconds
+                .unwrap_or(if quick { 8 } else { 60 })
+                .max(1)
+                * 1000,
+            runs: a.runs.max(1),
+            seed: a.common.seed,
+            write_price: a.write_price,
+            read_price: a.read_price,
+            model_sizes,
+            worker_bin: String::new(),
+        },
+        dynamodb,
+        worker_bin: a.common.worker_bin.clone(),
+        interrupt,
+    };
+    conclude(
+        "scale",
+        scale::run(&options).await,
+        |b| scale::write(&options.out, b, &command_line()),
+        |b| {
+            print!("{}", crate::report::table_markdown(&scale::scale_table(b)));
+            if let Some(m) = &b.cost_model {
+                println!();
+                print!(
+                    "{}",
+                    crate::report::table_markdown(&scale::cost_model_table(m))
+                );
+            }
+            for e in &b.errors {
+                eprintln!("warning: {e}");
+            }
+            println!("  written: {}", options.out.join("scale.html").display());
         },
     )
 }

@@ -13,7 +13,7 @@ use rand::{RngCore, SeedableRng};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::lab::{self, Lab, LabSpec};
+use super::lab::{self, Lab, LabSpec, Window};
 use super::metrics::DYNAMODB_REQUESTS;
 use super::stats::{self, Kind, Sample, TakeoverRow};
 use crate::faults::owned_by;
@@ -70,16 +70,26 @@ pub struct CostRow {
 }
 
 /// One lab's results.
-struct ModeResult {
-    mode: String,
-    rows: Vec<TakeoverRow>,
-    samples: Vec<Sample>,
-    cost_measured: f64,
-    by_op: std::collections::BTreeMap<String, f64>,
-    window_ms: u64,
-    errors: Vec<String>,
+pub(super) struct ModeResult {
+    pub mode: String,
+    pub rows: Vec<TakeoverRow>,
+    pub samples: Vec<Sample>,
+    /// The quiet window before the faults.
+    pub window: Window,
+    pub errors: Vec<String>,
     /// The signal stopped this lab before its last fault.
-    interrupted: bool,
+    pub interrupted: bool,
+}
+
+/// How one lab is run: its quiet window, then crash/handoff pairs.
+pub(super) struct LabPlan<'a> {
+    pub out: &'a std::path::Path,
+    pub interrupt: &'a super::Interrupt,
+    /// Crash takeovers (as many handoffs again).
+    pub runs: usize,
+    pub window: Duration,
+    /// How long the warm-up may take.
+    pub warm_up: Duration,
 }
 
 /// Everything the takeover bench measured.
@@ -158,9 +168,17 @@ pub async fn run(options: &TakeoverOptions) -> anyhow::Result<TakeoverBench> {
                     .into_iter()
                     .collect(),
             };
+            let plan = LabPlan {
+                out: &options.out,
+                interrupt: &options.interrupt,
+                runs: sweep.runs,
+                // A quiet window of at least two renew intervals, all workers alive.
+                window: Duration::from_millis((2 * renew).max(3_000)),
+                warm_up: Duration::from_millis(30_000 + 3 * lease_ms),
+            };
             one_mode(
                 spec,
-                options,
+                plan,
                 ddb.client(),
                 ddb.endpoint().to_string(),
                 bin.clone(),
@@ -184,30 +202,37 @@ pub async fn run(options: &TakeoverOptions) -> anyhow::Result<TakeoverBench> {
                 continue;
             }
         };
+        let requests = |r: &ModeResult| {
+            stats::per_stream_hour(
+                r.window.counts.requests.values().sum(),
+                sweep.streams,
+                r.window.ms,
+            )
+        };
+        let by_op = &aware.window.counts.requests;
         bench.cost.push(CostRow {
             lease_ms,
             renew_ms: renew,
-            requests_per_stream_hour_measured: aware.cost_measured,
+            requests_per_stream_hour_measured: requests(&aware),
             requests_per_stream_hour_formula: stats::cost_formula(
                 renew,
                 stats::per_stream_hour(
-                    aware.by_op.get("checkpoint").copied().unwrap_or(0.0),
+                    by_op.get("checkpoint").copied().unwrap_or(0.0),
                     sweep.streams,
-                    aware.window_ms,
+                    aware.window.ms,
                 ),
             ),
-            requests_per_stream_hour_measured_poll: poll.cost_measured,
-            by_op: aware
-                .by_op
+            requests_per_stream_hour_measured_poll: requests(&poll),
+            by_op: by_op
                 .iter()
                 .map(|(op, n)| {
                     (
                         op.clone(),
-                        stats::per_stream_hour(*n, sweep.streams, aware.window_ms),
+                        stats::per_stream_hour(*n, sweep.streams, aware.window.ms),
                     )
                 })
                 .collect(),
-            window_ms: aware.window_ms,
+            window_ms: aware.window.ms,
             streams: sweep.streams,
             workers: sweep.workers,
         });
@@ -259,47 +284,34 @@ pub fn early_takeovers(samples: &[(u64, String, Sample)], skew_ms: u64) -> Vec<S
         .collect()
 }
 
-/// One lab through warm-up, the cost window and the faults; then the analysis.
-async fn one_mode(
+/// One lab through warm-up, the quiet window and the faults; then the analysis. `None` when a
+/// signal came before anything was measured.
+pub(super) async fn one_mode(
     spec: LabSpec,
-    options: &TakeoverOptions,
+    plan: LabPlan<'_>,
     client: aws_sdk_dynamodb::Client,
     endpoint: String,
     bin: PathBuf,
 ) -> anyhow::Result<Option<ModeResult>> {
     let mode = spec.mode.clone().unwrap_or_default();
     let (lease, renew) = (spec.lease_ms, spec.renew_ms);
-    let lab = Lab::start(spec, &options.out, client, &endpoint, &bin).await?;
-    lab.warm_up(Duration::from_millis(30_000 + 3 * lease))
-        .await?;
-    if options.interrupt.is_set() {
+    let lab = Lab::start(spec, plan.out, client, &endpoint, &bin).await?;
+    lab.warm_up(plan.warm_up).await?;
+    if plan.interrupt.is_set() {
         // Nothing measured yet: end the lab properly and report nothing for it.
         lab.finish().await?;
         return Ok(None);
     }
     let mut interrupted = false;
-
-    // Cost: a quiet window of at least two renew intervals, all workers alive.
-    let window = Duration::from_millis((2 * renew).max(3_000));
-    let before = lab.counters(DYNAMODB_REQUESTS, "op").await?;
-    let started = Instant::now();
-    tokio::time::sleep(window).await;
-    let after = lab.counters(DYNAMODB_REQUESTS, "op").await?;
-    let window_ms = started.elapsed().as_millis() as u64;
-    let by_op: std::collections::BTreeMap<String, f64> = after
-        .iter()
-        .map(|(op, n)| (op.clone(), n - before.get(op).copied().unwrap_or(0.0)))
-        .collect();
-    let total: f64 = by_op.values().sum();
-    let cost_measured = stats::per_stream_hour(total, options.sweep.streams, window_ms);
+    let window = lab.window(plan.window).await?;
 
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(lab.spec.seed);
     let mut errors = Vec::new();
     let mut listed = [0usize; 2];
     let mut faults = [0usize; 2];
     let mut conflicts = [0u64; 2];
-    for index in 0..options.sweep.runs * 2 {
-        if options.interrupt.is_set() {
+    for index in 0..plan.runs * 2 {
+        if plan.interrupt.is_set() {
             interrupted = true;
             break;
         }
@@ -378,9 +390,7 @@ async fn one_mode(
         mode,
         rows,
         samples,
-        cost_measured,
-        by_op,
-        window_ms,
+        window,
         errors,
         interrupted,
     }))

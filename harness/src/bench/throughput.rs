@@ -265,16 +265,6 @@ fn failed_step(
     }
 }
 
-/// CPU ms and RSS bytes summed over the fleet's live workers.
-fn fleet_usage(lab: &Lab) -> (u64, u64) {
-    lab.fleet
-        .alive()
-        .iter()
-        .filter_map(|n| lab.fleet.pid(n))
-        .filter_map(metrics::proc_usage)
-        .fold((0, 0), |(c, r), (c2, r2)| (c + c2, r + r2))
-}
-
 async fn measure(
     options: &ThroughputOptions,
     ddb: &dynamodb_local::DynamoLocal,
@@ -317,7 +307,7 @@ async fn measure(
         tokio::time::sleep(Duration::from_secs(2)).await;
         let produced0 = lab.upstream.events_produced();
         let accepted0 = lab.sink.accepted();
-        let (worker_cpu0, _) = fleet_usage(&lab);
+        let (worker_cpu0, _) = lab.fleet_usage();
         let (harness_cpu0, _) = crate::usage::self_usage();
         let machine0 = metrics::machine_busy_ms();
         let started = Instant::now();
@@ -325,7 +315,7 @@ async fn measure(
         let window_ms = started.elapsed().as_millis().max(1) as u64;
         let produced = lab.upstream.events_produced() - produced0;
         let accepted = lab.sink.accepted() - accepted0;
-        let (worker_cpu1, rss) = fleet_usage(&lab);
+        let (worker_cpu1, rss) = lab.fleet_usage();
         let (harness_cpu1, _) = crate::usage::self_usage();
         let machine1 = metrics::machine_busy_ms();
         let seconds = window_ms as f64 / 1000.0;

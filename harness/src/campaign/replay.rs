@@ -1,11 +1,19 @@
 //! `harness run --replay RUN_DIR`: the run directory's `scenario.toml` is run again, and the
 //! actions it injected are compared with the original run's `history.jsonl` — the same actions
-//! for each scheduled fault, in its order, on the same targets, at the same offsets from the end of the warm-up (real
-//! time drifts by scheduling: the largest drift is reported, not judged).
+//! for each scheduled fault, in its order, on the same targets; each fault injected at the same
+//! offset from the end of the warm-up, within [`INJECTION_TOLERANCE_MS`]. A fault's later
+//! actions are compared by name and target, and their drift is reported, not judged: a rolling
+//! deploy's batches wait for the new workers' readiness, a terminate's kill for the stop
+//! timeout, so they follow the fleet, not the clock.
 
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+
+/// How far apart a fault's injection may land in the original and the replay. Both are timed
+/// from the warm-up's end on the harness's scheduler, a few ms off the schedule (100-run
+/// campaign, 2026-12-06: 0–6 ms); a quarter second apart is a different schedule.
+pub const INJECTION_TOLERANCE_MS: i64 = 250;
 
 /// The scenario file a run directory holds.
 pub const SCENARIO_FILE: &str = "scenario.toml";
@@ -64,13 +72,16 @@ pub struct Comparison {
     /// What differs (empty: the same actions, order and targets).
     pub differences: Vec<String>,
     pub actions: usize,
-    /// The largest difference of an action's offset, ms.
+    /// The largest difference of a fault's injection offset, ms (judged).
+    pub injection_drift_ms: i64,
+    /// The largest difference of any action's offset, ms (reported).
     pub max_drift_ms: i64,
 }
 
 /// Compares two runs' actions fault by fault: each scheduled fault's actions, in its own order,
-/// on the same targets. (Two faults' actions a few ms apart may interleave differently from one
-/// run to the next; that is timing, not a different schedule.)
+/// on the same targets, its first action (the injection) within [`INJECTION_TOLERANCE_MS`] of
+/// the original's. (Two faults' actions a few ms apart may interleave differently from one run
+/// to the next; that is timing, not a different schedule.)
 pub fn compare(original: &[Step], replay: &[Step]) -> Comparison {
     let by_fault = |steps: &[Step]| {
         let mut s = steps.to_vec();
@@ -87,6 +98,7 @@ pub fn compare(original: &[Step], replay: &[Step]) -> Comparison {
         ));
     }
     let mut max_drift_ms = 0;
+    let mut injection_drift_ms = 0;
     for (i, (a, b)) in original.iter().zip(replay).enumerate() {
         if (a.fault, &a.action, &a.target) != (b.fault, &b.action, &b.target) {
             differences.push(format!(
@@ -94,11 +106,23 @@ pub fn compare(original: &[Step], replay: &[Step]) -> Comparison {
                 a.fault, a.action, a.target, b.fault, b.action, b.target
             ));
         }
-        max_drift_ms = max_drift_ms.max((a.offset_ms - b.offset_ms).abs());
+        let drift = (a.offset_ms - b.offset_ms).abs();
+        max_drift_ms = max_drift_ms.max(drift);
+        let injection = i == 0 || original[i - 1].fault != a.fault;
+        if injection {
+            injection_drift_ms = injection_drift_ms.max(drift);
+            if drift > INJECTION_TOLERANCE_MS {
+                differences.push(format!(
+                    "fault {} ({} {}): injected {} ms after the warm-up in the original, {} ms in the replay (more than {INJECTION_TOLERANCE_MS} ms apart)",
+                    a.fault, a.action, a.target, a.offset_ms, b.offset_ms
+                ));
+            }
+        }
     }
     Comparison {
         differences,
         actions: original.len(),
+        injection_drift_ms,
         max_drift_ms,
     }
 }
@@ -118,9 +142,10 @@ pub fn report(original_dir: &Path, replay_dir: &Path) -> bool {
     let c = compare(&steps(&a), &steps(&b));
     if c.differences.is_empty() {
         eprintln!(
-            "replay: the same schedule as {}: {} actions, same faults, actions and targets, offsets within {} ms",
+            "replay: the same schedule as {}: {} actions, same faults, actions and targets, each fault injected within {} ms of the original (at most {INJECTION_TOLERANCE_MS}), every action within {} ms",
             original_dir.display(),
             c.actions,
+            c.injection_drift_ms,
             c.max_drift_ms
         );
         true
@@ -168,6 +193,28 @@ mod tests {
         b[1].target = "worker-3".into();
         assert_eq!(compare(&a, &b).differences.len(), 1);
         assert_eq!(compare(&a, &b[..1]).differences.len(), 1);
+    }
+
+    /// A fault injected more than the tolerance later is a different schedule; its later
+    /// actions (a resume after a slow pause, a deploy's next batch) drift without failing.
+    #[test]
+    fn an_injection_moved_past_the_tolerance_is_a_difference_a_later_action_is_not() {
+        let a = steps(HISTORY);
+        let mut late = a.clone();
+        late[0].offset_ms += INJECTION_TOLERANCE_MS + 1;
+        late[1].offset_ms += INJECTION_TOLERANCE_MS + 1;
+        let c = compare(&a, &late);
+        assert_eq!(c.differences.len(), 1, "{:?}", c.differences);
+        assert!(
+            c.differences[0].contains("injected 2000 ms"),
+            "{:?}",
+            c.differences
+        );
+        let mut slow_resume = a.clone();
+        slow_resume[1].offset_ms += 3_000;
+        let c = compare(&a, &slow_resume);
+        assert!(c.differences.is_empty(), "{:?}", c.differences);
+        assert_eq!((c.injection_drift_ms, c.max_drift_ms), (0, 3_000));
     }
 
     #[test]

@@ -356,22 +356,20 @@ impl Worker {
         })
     }
 
-    /// The value of an unlabelled metric sample, or a labelled one written exactly as `name{...}`.
-    pub async fn metric(&self, sample: &str) -> Option<f64> {
+    /// The worker's whole `/metrics` text (one scrape), or `None` when it does not answer.
+    pub async fn metrics_text(&self) -> Option<String> {
         let addr = self.metrics_addr().await;
-        let text = reqwest::get(format!("http://{addr}/metrics"))
+        reqwest::get(format!("http://{addr}/metrics"))
             .await
             .ok()?
             .text()
             .await
-            .ok()?;
-        text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
-            l.strip_prefix(sample)?
-                .strip_prefix(' ')?
-                .trim()
-                .parse()
-                .ok()
-        })
+            .ok()
+    }
+
+    /// The value of an unlabelled metric sample, or a labelled one written exactly as `name{...}`.
+    pub async fn metric(&self, sample: &str) -> Option<f64> {
+        sample_of(&self.metrics_text().await?, sample)
     }
 
     pub fn logs(&self) -> String {
@@ -386,6 +384,18 @@ impl Drop for Worker {
             eprintln!("---- {} log ----\n{}", self.name, self.logs());
         }
     }
+}
+
+/// The value of `sample` (an unlabelled name, or `name{labels}` exactly as written) in a
+/// `/metrics` text.
+pub fn sample_of(text: &str, sample: &str) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        l.strip_prefix(sample)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
 }
 
 /// Polls `check` every 50 ms until it returns `Some`, for at most `limit`.

@@ -1,0 +1,603 @@
+//! `harness bench scale`: what the lease machinery costs as the fleet grows. One table of
+//! streams, fleets of W = 10, 50, 100 workers measured one after the other on one DynamoDB
+//! Local: every request by operation and the capacity DynamoDB reported for it (the workers ask
+//! for `ReturnConsumedCapacity` and export the sums), the hottest item's reads per second, a
+//! crash takeover and a graceful handoff at that scale, worker memory per stream and the
+//! harness's own CPU; then a cost model that prices the measured rates at any fleet size.
+//!
+//! Issue #20's goal is discovery whose cost per stream-hour stays flat as W grows; this bench is
+//! its measure.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::lab::{self, LabSpec, Window};
+use super::stats::{self, Dist, Kind, TakeoverRow};
+use super::takeover::{self, LabPlan};
+use crate::report::{html_escape, table_html, table_markdown, Cell, Table};
+
+/// `SKEW_MARGIN_MS` given to the workers (part of the crash floor).
+const SKEW_MARGIN_MS: u64 = 200;
+/// Seconds in the 30-day month the cost model prices.
+const MONTH_SECONDS: f64 = 30.0 * 24.0 * 3600.0;
+
+/// What `harness bench scale` was asked to do.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScaleConfig {
+    pub streams: usize,
+    /// Fleet sizes, measured one after the other.
+    pub workers: Vec<usize>,
+    /// Events per second per stream.
+    pub rate: f64,
+    pub lease_ms: u64,
+    pub renew_ms: u64,
+    /// `FLEET_POLL_MS` given to the workers (the cost model prices the fleet signal with it).
+    pub fleet_poll_ms: u64,
+    /// Length of the quiet window the rates come from.
+    pub window_ms: u64,
+    /// Crash takeovers per fleet size (as many handoffs again).
+    pub runs: usize,
+    pub seed: u64,
+    /// On-demand prices for the cost model, USD per million request units.
+    pub write_price: f64,
+    pub read_price: f64,
+    /// Fleet sizes the cost model prices (streams, workers), besides the measured ones.
+    pub model_sizes: Vec<(u64, u64)>,
+    pub worker_bin: String,
+}
+
+/// What the bench needs beyond its configuration.
+#[derive(Debug, Clone)]
+pub struct ScaleOptions {
+    pub out: PathBuf,
+    pub config: ScaleConfig,
+    pub dynamodb: dynamodb_local::Mode,
+    pub worker_bin: Option<PathBuf>,
+    pub interrupt: super::Interrupt,
+}
+
+/// One measured fleet size: `bench.json`'s `scale` entry (design §11).
+#[derive(Debug, Clone, Serialize)]
+pub struct ScaleRow {
+    pub streams: usize,
+    pub workers: usize,
+    pub read_units_per_stream_hour: f64,
+    pub write_units_per_stream_hour: f64,
+    /// By `op` label (acquire, renew, scan pages, fleet_read, ...).
+    pub requests_per_stream_hour: BTreeMap<String, f64>,
+    /// Capacity units by API (`Scan` and `GetItem` read, `UpdateItem` write).
+    pub units_per_stream_hour_by_api: BTreeMap<String, f64>,
+    /// Reads of the most-read item per second: every whole-table scan reads every item once,
+    /// and the fleet signal is also read on its own.
+    pub hottest_item_reads_per_s: f64,
+    pub scans_per_s: f64,
+    pub fleet_reads_per_s: f64,
+    /// Crash takeover time over its floor (lease left at the kill + skew margin).
+    pub crash_overhead_ms: Dist,
+    /// Graceful handoff time (its floor is 0).
+    pub handoff_ms: Dist,
+    pub crash_samples: usize,
+    pub handoff_samples: usize,
+    pub worker_rss_bytes_per_stream: f64,
+    /// The harness's CPU over the machine's capacity during the quiet window.
+    pub harness_cpu_share: f64,
+    pub window_ms: u64,
+    pub errors: Vec<String>,
+}
+
+/// One row of the cost model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CostModelRow {
+    pub streams: u64,
+    pub workers: u64,
+    pub read_units_per_s: f64,
+    pub write_units_per_s: f64,
+    pub usd_per_month: f64,
+    /// Reads of the hottest item per second at this size.
+    pub hottest_item_reads_per_s: f64,
+}
+
+/// `bench.json`'s `cost_model`: the measured rates priced at any size, with what it assumes.
+#[derive(Debug, Clone, Serialize)]
+pub struct CostModel {
+    pub assumptions: Vec<String>,
+    pub rows: Vec<CostModelRow>,
+}
+
+/// Everything the scale bench measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScaleBench {
+    pub config: ScaleConfig,
+    pub scale: Vec<ScaleRow>,
+    pub cost_model: Option<CostModel>,
+    pub errors: Vec<String>,
+    /// Crash takeovers before the lease the table held at the kill ran out (fails the bench).
+    pub violations: Vec<String>,
+    pub interrupted: bool,
+}
+
+/// Per stream-hour from a count over a window.
+fn per_stream_hour(n: f64, streams: usize, window_ms: u64) -> f64 {
+    stats::per_stream_hour(n, streams, window_ms)
+}
+
+/// A fleet size's row from its quiet window and its takeover rows. Pure.
+pub fn row(
+    streams: usize,
+    workers: usize,
+    window: &Window,
+    takeovers: &[TakeoverRow],
+    cores: usize,
+    errors: Vec<String>,
+) -> ScaleRow {
+    let c = &window.counts;
+    let per_s = |n: f64| n * 1000.0 / window.ms.max(1) as f64;
+    let fleet_reads_per_s = per_s(c.requests.get("fleet_read").copied().unwrap_or(0.0));
+    let scans_per_s = per_s(c.scans);
+    let of = |kind: Kind| takeovers.iter().find(|r| r.kind == kind);
+    ScaleRow {
+        streams,
+        workers,
+        read_units_per_stream_hour: per_stream_hour(c.read_units(), streams, window.ms),
+        write_units_per_stream_hour: per_stream_hour(c.write_units(), streams, window.ms),
+        requests_per_stream_hour: c
+            .requests
+            .iter()
+            .map(|(op, n)| (op.clone(), per_stream_hour(*n, streams, window.ms)))
+            .collect(),
+        units_per_stream_hour_by_api: c
+            .capacity
+            .iter()
+            .map(|(api, n)| (api.clone(), per_stream_hour(*n, streams, window.ms)))
+            .collect(),
+        hottest_item_reads_per_s: scans_per_s + fleet_reads_per_s,
+        scans_per_s,
+        fleet_reads_per_s,
+        crash_overhead_ms: of(Kind::Crash)
+            .map(|r| r.overhead_ms.clone())
+            .unwrap_or_default(),
+        handoff_ms: of(Kind::Handoff)
+            .map(|r| r.takeover_ms.clone())
+            .unwrap_or_default(),
+        crash_samples: of(Kind::Crash).map_or(0, |r| r.samples),
+        handoff_samples: of(Kind::Handoff).map_or(0, |r| r.samples),
+        worker_rss_bytes_per_stream: window.fleet_rss_bytes as f64 / streams.max(1) as f64,
+        harness_cpu_share: window.harness_cpu_ms as f64
+            / (window.ms.max(1) as f64 * cores.max(1) as f64),
+        window_ms: window.ms,
+        errors,
+    }
+}
+
+/// Prices the rates measured at the largest fleet at every size of `sizes`. Pure.
+///
+/// Per stream and second: write units (renewals; flat in W). Per stream, worker and second:
+/// scan read units (every worker scans the whole table). Fleet-signal reads follow the worker's
+/// budget — every FLEET_POLL_MS per worker, at most `FLEET_READS_PER_SECOND` for the fleet — at
+/// the units per read measured.
+pub fn cost_model(
+    measured: &ScaleRow,
+    sizes: &[(u64, u64)],
+    fleet_poll_ms: u64,
+    write_price: f64,
+    read_price: f64,
+) -> CostModel {
+    let hour = |x: f64| x / 3600.0;
+    let write_per_stream_s = hour(measured.write_units_per_stream_hour);
+    let scan_units = measured
+        .units_per_stream_hour_by_api
+        .get("Scan")
+        .copied()
+        .unwrap_or(0.0);
+    let scan_per_stream_worker_s = hour(scan_units) / measured.workers.max(1) as f64;
+    let get_units = measured
+        .units_per_stream_hour_by_api
+        .get("GetItem")
+        .copied()
+        .unwrap_or(0.0);
+    let fleet_reads_per_stream_hour = measured
+        .requests_per_stream_hour
+        .get("fleet_read")
+        .copied()
+        .unwrap_or(0.0);
+    let units_per_fleet_read = if fleet_reads_per_stream_hour > 0.0 {
+        get_units / fleet_reads_per_stream_hour
+    } else {
+        0.5
+    };
+    let scans_per_worker_s = measured.scans_per_s / measured.workers.max(1) as f64;
+    let budget = f64::from(lease_table::FLEET_READS_PER_SECOND);
+    let rows = sizes
+        .iter()
+        .map(|&(streams, workers)| {
+            let (n, w) = (streams as f64, workers as f64);
+            let fleet_reads = if fleet_poll_ms == 0 {
+                0.0
+            } else {
+                (w * 1000.0 / fleet_poll_ms as f64).min(budget)
+            };
+            let write_units_per_s = write_per_stream_s * n;
+            let read_units_per_s =
+                scan_per_stream_worker_s * n * w + fleet_reads * units_per_fleet_read;
+            CostModelRow {
+                streams,
+                workers,
+                read_units_per_s,
+                write_units_per_s,
+                usd_per_month: (write_units_per_s * write_price + read_units_per_s * read_price)
+                    * MONTH_SECONDS
+                    / 1e6,
+                hottest_item_reads_per_s: scans_per_worker_s * w + fleet_reads,
+            }
+        })
+        .collect();
+    CostModel {
+        assumptions: vec![
+            format!(
+                "rates measured at {} streams over {} workers in a {:.0} s quiet window",
+                measured.streams,
+                measured.workers,
+                measured.window_ms as f64 / 1000.0
+            ),
+            format!(
+                "write units {:.0} per stream-hour (renewals; flat in the fleet's size)",
+                measured.write_units_per_stream_hour
+            ),
+            format!(
+                "scan read units {:.2} per stream-hour per worker (every worker scans the whole table)",
+                scan_units / measured.workers.max(1) as f64
+            ),
+            format!(
+                "fleet signal: every {fleet_poll_ms} ms per worker, at most {budget:.0} reads/s for the fleet, {units_per_fleet_read:.2} units per read"
+            ),
+            format!(
+                "on-demand ${write_price}/M write units, ${read_price}/M read units, 30-day month; checkpoints and takeovers left out"
+            ),
+        ],
+        rows,
+    }
+}
+
+/// Runs every fleet size; each is a fresh lab on its own table.
+pub async fn run(options: &ScaleOptions) -> anyhow::Result<ScaleBench> {
+    let (bin, ddb) = lab::prepare(
+        &options.out,
+        options.worker_bin.as_deref(),
+        &options.dynamodb,
+    )
+    .await?;
+    let cores = super::metrics::machine_busy_ms().map_or(1, |(_, c)| c);
+    let mut config = options.config.clone();
+    config.worker_bin = bin.display().to_string();
+    let mut bench = ScaleBench {
+        config,
+        scale: Vec::new(),
+        cost_model: None,
+        errors: Vec::new(),
+        violations: Vec::new(),
+        interrupted: false,
+    };
+    let c = &options.config;
+    for &workers in &c.workers {
+        if options.interrupt.is_set() {
+            bench.interrupted = true;
+            break;
+        }
+        eprintln!(
+            "bench scale: {} streams over {workers} workers, lease {} ms, renew {} ms",
+            c.streams, c.lease_ms, c.renew_ms
+        );
+        let spec = LabSpec {
+            name: format!("scale-{}x{workers}", c.streams),
+            lease_ms: c.lease_ms,
+            renew_ms: c.renew_ms,
+            skew_margin_ms: SKEW_MARGIN_MS,
+            mode: None,
+            streams: c.streams,
+            workers,
+            rate: c.rate,
+            seed: c.seed ^ workers as u64,
+            env: BTreeMap::from([
+                ("RUST_LOG".to_string(), "warn".to_string()),
+                (
+                    lease_protocol::settings::FLEET_POLL_MS.to_string(),
+                    c.fleet_poll_ms.to_string(),
+                ),
+            ]),
+            proxied: false,
+        };
+        let plan = LabPlan {
+            out: &options.out,
+            interrupt: &options.interrupt,
+            runs: c.runs,
+            window: Duration::from_millis(c.window_ms),
+            // A cold start of many streams over many workers on a 2-core DynamoDB Local.
+            warm_up: Duration::from_millis(120_000 + 3 * c.lease_ms),
+        };
+        let measured = takeover::one_mode(
+            spec,
+            plan,
+            ddb.client(),
+            ddb.endpoint().to_string(),
+            bin.clone(),
+        )
+        .await;
+        match measured {
+            Ok(Some(m)) => {
+                bench.interrupted |= m.interrupted;
+                let tagged: Vec<_> = m
+                    .samples
+                    .iter()
+                    .map(|s| (c.lease_ms, format!("{workers} workers"), s.clone()))
+                    .collect();
+                bench
+                    .violations
+                    .extend(takeover::early_takeovers(&tagged, SKEW_MARGIN_MS));
+                let r = row(c.streams, workers, &m.window, &m.rows, cores, m.errors);
+                eprintln!(
+                    "  read units {:.1} / write units {:.1} per stream-hour, hottest item {:.0} reads/s, crash overhead p99 {} ms, handoff p99 {} ms",
+                    r.read_units_per_stream_hour,
+                    r.write_units_per_stream_hour,
+                    r.hottest_item_reads_per_s,
+                    r.crash_overhead_ms.p99.map_or("–".into(), |v| v.to_string()),
+                    r.handoff_ms.p99.map_or("–".into(), |v| v.to_string()),
+                );
+                bench.scale.push(r);
+            }
+            Ok(None) => {
+                bench.interrupted = true;
+                break;
+            }
+            Err(e) => {
+                // One fleet size failing (a warm-up this machine cannot finish) is a finding.
+                eprintln!("bench scale: {workers} workers: {e:#}");
+                bench.errors.push(format!("{workers} workers: {e:#}"));
+            }
+        }
+    }
+    drop(ddb);
+    if let Some(largest) = bench.scale.iter().max_by_key(|r| r.workers) {
+        let mut sizes: Vec<(u64, u64)> = bench
+            .scale
+            .iter()
+            .map(|r| (r.streams as u64, r.workers as u64))
+            .collect();
+        sizes.extend(&c.model_sizes);
+        bench.cost_model = Some(cost_model(
+            largest,
+            &sizes,
+            c.fleet_poll_ms,
+            c.write_price,
+            c.read_price,
+        ));
+    }
+    Ok(bench)
+}
+
+fn ms(d: &Dist) -> String {
+    let v = |x: Option<u64>| x.map_or("–".to_string(), |v| v.to_string());
+    format!("{} / {} / {}", v(d.p50), v(d.p99), v(d.max))
+}
+
+/// The measured rows in the report's table model.
+pub fn scale_table(b: &ScaleBench) -> Table {
+    let rows = b
+        .scale
+        .iter()
+        .map(|r| -> Vec<Cell> {
+            let by = |m: &BTreeMap<String, f64>, k: &str| m.get(k).copied().unwrap_or(0.0);
+            vec![
+                r.streams.to_string().into(),
+                r.workers.to_string().into(),
+                format!("{:.1}", r.read_units_per_stream_hour).into(),
+                format!("{:.1}", by(&r.units_per_stream_hour_by_api, "Scan")).into(),
+                format!("{:.1}", by(&r.units_per_stream_hour_by_api, "GetItem")).into(),
+                format!("{:.0}", r.write_units_per_stream_hour).into(),
+                format!("{:.0}", r.hottest_item_reads_per_s).into(),
+                format!("{} ({})", ms(&r.crash_overhead_ms), r.crash_samples).into(),
+                format!("{} ({})", ms(&r.handoff_ms), r.handoff_samples).into(),
+                format!("{:.0} KiB", r.worker_rss_bytes_per_stream / 1024.0).into(),
+                format!("{:.0} %", r.harness_cpu_share * 100.0).into(),
+            ]
+        })
+        .collect();
+    let headers = [
+        "streams",
+        "workers",
+        "read units / stream-hour",
+        "of which scans",
+        "of which fleet signal",
+        "write units / stream-hour",
+        "hottest item reads/s",
+        "crash overhead ms p50 / p99 / max (n)",
+        "handoff ms p50 / p99 / max (n)",
+        "worker RSS per stream",
+        "harness CPU (of machine)",
+    ];
+    Table {
+        id: "scale",
+        title: "Cost and takeover as the fleet grows".to_string(),
+        intro: Some(format!(
+            "lease {} ms, renew {} ms, {} events/s per stream; rates from a {:.0} s quiet window (capacity units as DynamoDB Local reported them); {} crash takeover(s) and as many handoffs per fleet size",
+            b.config.lease_ms,
+            b.config.renew_ms,
+            b.config.rate,
+            b.config.window_ms as f64 / 1000.0,
+            b.config.runs
+        )),
+        headers: headers.iter().map(|h| h.to_string()).collect(),
+        rows,
+        note: None,
+    }
+}
+
+/// The cost model in the report's table model.
+pub fn cost_model_table(m: &CostModel) -> Table {
+    let rows = m
+        .rows
+        .iter()
+        .map(|r| -> Vec<Cell> {
+            vec![
+                r.streams.to_string().into(),
+                r.workers.to_string().into(),
+                format!("{:.0}", r.read_units_per_s).into(),
+                format!("{:.0}", r.write_units_per_s).into(),
+                format!("{:.0}", r.hottest_item_reads_per_s).into(),
+                format!("{:.0}", r.usd_per_month).into(),
+            ]
+        })
+        .collect();
+    let headers = [
+        "streams",
+        "workers",
+        "read units/s",
+        "write units/s",
+        "hottest item reads/s",
+        "USD / month",
+    ];
+    Table {
+        id: "cost-model",
+        title: "Cost model (measured rates, priced)".to_string(),
+        intro: Some(m.assumptions.join("; ")),
+        headers: headers.iter().map(|h| h.to_string()).collect(),
+        rows,
+        note: None,
+    }
+}
+
+/// Merges `scale_config`, `scale` and `cost_model` into `bench.json`; writes `scale.md` and a
+/// self-contained `scale.html`.
+pub fn write(dir: &Path, b: &ScaleBench, command: &str) -> anyhow::Result<()> {
+    let mut entries = serde_json::Map::new();
+    entries.insert("scale_config".into(), serde_json::to_value(&b.config)?);
+    entries.insert("scale".into(), serde_json::to_value(&b.scale)?);
+    entries.insert("cost_model".into(), serde_json::to_value(&b.cost_model)?);
+    entries.insert("scale_errors".into(), serde_json::to_value(&b.errors)?);
+    entries.insert("scale_interrupted".into(), b.interrupted.into());
+    super::output::merge_json(dir, entries)?;
+    let mut tables = vec![scale_table(b)];
+    tables.extend(b.cost_model.as_ref().map(cost_model_table));
+    let problems: Vec<&String> = b
+        .errors
+        .iter()
+        .chain(b.scale.iter().flat_map(|r| &r.errors))
+        .collect();
+    let interrupted = if b.interrupted {
+        "**Interrupted by a signal**: only the fleet sizes measured before it are here.\n\n"
+    } else {
+        ""
+    };
+    let mut md = format!("# harness bench scale\n\n`{command}`\n\n{interrupted}");
+    for t in &tables {
+        md.push_str(&table_markdown(t));
+        md.push('\n');
+    }
+    if !problems.is_empty() {
+        md.push_str("## Problems\n\n");
+        for p in &problems {
+            md.push_str(&format!("- {p}\n"));
+        }
+    }
+    std::fs::write(dir.join("scale.md"), md)?;
+    let mut html = String::from("<!doctype html><html><head><meta charset=\"utf-8\"><title>harness bench scale</title><style>body{font-family:sans-serif;max-width:1040px;margin:2em auto}table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}</style></head><body>");
+    html.push_str(&format!(
+        "<h1>harness bench scale</h1><p><code>{}</code></p>",
+        html_escape(command)
+    ));
+    if b.interrupted {
+        html.push_str("<p><strong>Interrupted by a signal</strong>: only the fleet sizes measured before it are here.</p>");
+    }
+    for t in &tables {
+        html.push_str(&table_html(t));
+    }
+    if !problems.is_empty() {
+        html.push_str("<h2>Problems</h2><ul>");
+        for p in &problems {
+            html.push_str(&format!("<li>{}</li>", html_escape(p)));
+        }
+        html.push_str("</ul>");
+    }
+    html.push_str("</body></html>\n");
+    std::fs::write(dir.join("scale.html"), html)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::lab::Counts;
+
+    fn window(workers: f64) -> Window {
+        // 10 s, 1,000 streams: renewals every 10 s, one 49-unit scan per worker per 10 s, each
+        // worker reading the fleet signal 20 times a second at 0.5 units.
+        Window {
+            ms: 10_000,
+            counts: Counts {
+                requests: BTreeMap::from([
+                    ("renew".to_string(), 1_000.0),
+                    ("scan".to_string(), workers),
+                    ("fleet_read".to_string(), 200.0 * workers),
+                ]),
+                capacity: BTreeMap::from([
+                    ("UpdateItem".to_string(), 1_000.0),
+                    ("Scan".to_string(), 49.0 * workers),
+                    ("GetItem".to_string(), 100.0 * workers),
+                ]),
+                scans: workers,
+            },
+            harness_cpu_ms: 2_000,
+            fleet_rss_bytes: 1_000 * 20_480,
+        }
+    }
+
+    #[test]
+    fn a_row_turns_counts_into_rates_per_stream_hour() {
+        let r = row(1_000, 10, &window(10.0), &[], 2, Vec::new());
+        assert_eq!(r.write_units_per_stream_hour, 360.0);
+        // (490 scan + 1,000 fleet units) over 1,000 streams in 10 s.
+        assert!((r.read_units_per_stream_hour - 536.4).abs() < 1e-9, "{r:?}");
+        assert_eq!(r.requests_per_stream_hour["renew"], 360.0);
+        // Each of 10 workers scans once in 10 s: every item read once a second, the fleet item
+        // 200 times more.
+        assert_eq!(r.scans_per_s, 1.0);
+        assert_eq!(r.hottest_item_reads_per_s, 201.0);
+        assert_eq!(r.worker_rss_bytes_per_stream, 20_480.0);
+        assert_eq!(r.harness_cpu_share, 0.1);
+        assert_eq!(r.crash_samples, 0);
+    }
+
+    #[test]
+    fn the_cost_model_grows_scans_with_workers_and_caps_the_fleet_signal() {
+        let measured = row(1_000, 10, &window(10.0), &[], 2, Vec::new());
+        let m = cost_model(
+            &measured,
+            &[(1_000, 10), (100_000, 1_000)],
+            50,
+            0.625,
+            0.125,
+        );
+        let small = &m.rows[0];
+        // The measured size prices back to what was measured.
+        assert!((small.write_units_per_s - 100.0).abs() < 1e-9);
+        assert!(
+            (small.read_units_per_s - (49.0 + 100.0)).abs() < 1e-9,
+            "{small:?}"
+        );
+        assert!((small.hottest_item_reads_per_s - 201.0).abs() < 1e-9);
+        let large = &m.rows[1];
+        assert!((large.write_units_per_s - 10_000.0).abs() < 1e-6);
+        // Scans: 4.9e-3 units per stream per worker per second × 1e5 × 1e3; the fleet signal
+        // capped at 1,000 reads/s × 0.5 units.
+        assert!(
+            (large.read_units_per_s - (490_000.0 + 500.0)).abs() < 1e-6,
+            "{large:?}"
+        );
+        assert!((large.hottest_item_reads_per_s - 1_100.0).abs() < 1e-6);
+        let usd = (10_000.0 * 0.625 + 490_500.0 * 0.125) * MONTH_SECONDS / 1e6;
+        assert!((large.usd_per_month - usd).abs() < 1e-6);
+        assert!(m.assumptions.iter().any(|a| a.contains("1000 reads/s")));
+    }
+}
