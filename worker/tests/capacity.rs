@@ -76,9 +76,11 @@ async fn every_answered_request_reports_the_capacity_it_consumed() {
     let scans = requests(&text, "scan", "ok");
     let scan_units = units(&text, "Scan", "read");
     assert!(scans >= 3.0, "{text}");
-    // A strongly consistent page of 12 small items costs 1 unit.
+    // A page of 12 small items costs 1 unit strongly consistent (after a lost race or a fleet
+    // change), half a unit eventually consistent (the periodic scans): which ones a run makes
+    // depends on its races, so the sum lies between the two.
     assert!(
-        (scan_units - scans).abs() <= 2.0,
+        scan_units >= scans * 0.5 - 1.0 && scan_units <= scans + 1.0,
         "{scan_units} scan units for {scans} pages\n{text}"
     );
     let fleet_reads = requests(&text, "fleet_read", "ok");
