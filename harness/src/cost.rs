@@ -98,8 +98,9 @@ pub struct Row {
     pub fleet_usd_month: f64,
     pub member_usd_month: f64,
     pub total_usd_month: f64,
-    /// Reads per second of the single hottest item (the fleet signal, or a membership item;
-    /// DynamoDB serves about 3,000 RRU/s per partition, so far above that it is throttled).
+    /// Reads per second of the single hottest item, the fleet signal: its own reads plus every
+    /// worker's scans (DynamoDB serves about 3,000 RRU/s per partition, so far above that it is
+    /// throttled).
     pub hottest_item_reads_s: f64,
     /// Discovery (scans, fleet reads, membership) request units per stream per hour.
     pub discovery_rru_per_stream_hour: f64,
@@ -127,8 +128,8 @@ impl Model {
         let renew_wru_s = streams as f64 / self.renew_seconds;
         // Eventually consistent: half a read unit per 4 KB.
         let scan_rru = (streams * self.item_bytes).div_ceil(4096) as f64 * 0.5;
-        let (scan_rru_s, member_wru_s, member_rru_s, member_reads_s) = match self.discovery {
-            Discovery::Full => (workers as f64 * scan_rru / self.scan_seconds, 0.0, 0.0, 0.0),
+        let (scan_rru_s, member_wru_s, member_rru_s) = match self.discovery {
+            Discovery::Full => (workers as f64 * scan_rru / self.scan_seconds, 0.0, 0.0),
             Discovery::Segmented => {
                 // Each worker reads 2 / W of the table (at least all of it once, at W = 1).
                 let passes = SEGMENTS_PER_WORKER.min(workers as f64);
@@ -137,7 +138,6 @@ impl Model {
                     passes * scan_rru / self.scan_seconds,
                     workers as f64 * MEMBER_ITEM_BYTES.div_ceil(1024) as f64 / self.renew_seconds,
                     workers as f64 * members_rru / self.scan_seconds,
-                    workers as f64 / self.scan_seconds,
                 )
             }
         };
@@ -171,7 +171,10 @@ impl Model {
             fleet_usd_month,
             member_usd_month,
             total_usd_month: renew_usd_month + discovery_usd_month,
-            hottest_item_reads_s: fleet_reads_s.max(member_reads_s),
+            // The fleet signal: read on its own, and read again by every worker's scan of the
+            // table it lives in (the lease table today, the membership table in the segmented
+            // design), as is every membership item.
+            hottest_item_reads_s: fleet_reads_s + workers as f64 / self.scan_seconds,
             discovery_rru_per_stream_hour: if streams == 0 {
                 0.0
             } else {
@@ -344,14 +347,15 @@ mod tests {
         // consistent), per worker per 10 s.
         assert_eq!(r.scan_rru_s, 244_150.0);
         // 1,000 workers at 50 ms would read the signal 20,000 times a second; their polls slow
-        // to 1 s, so the fleet reads it 1,000 times a second.
+        // to 1 s, so the fleet reads it 1,000 times a second; the 1,000 workers' scans read it
+        // 100 times a second more.
         assert_eq!(r.fleet_rru_s, 500.0);
-        assert_eq!(r.hottest_item_reads_s, 1_000.0);
+        assert_eq!(r.hottest_item_reads_s, 1_100.0);
         assert!((r.renew_usd_month - 16_200.0).abs() < 0.01, "{r:?}");
         assert!((r.scan_usd_month - 79_105.0).abs() < 1.0, "{r:?}");
         assert!((r.fleet_usd_month - 162.0).abs() < 0.01, "{r:?}");
         // A small fleet polls at the configured interval.
-        assert_eq!(model().row(1_000, 10).hottest_item_reads_s, 200.0);
+        assert_eq!(model().row(1_000, 10).hottest_item_reads_s, 201.0);
     }
 
     #[test]
@@ -378,7 +382,7 @@ mod tests {
         // 1,000 members of 150 B: 37 blocks, scanned by each worker per 10 s; one write each.
         assert_eq!((r.member_wru_s, r.member_rru_s), (100.0, 1_850.0));
         assert!(r.discovery_pct_of_renewals < 10.0, "{r:?}");
-        assert_eq!(r.hottest_item_reads_s, 1_000.0);
+        assert_eq!(r.hottest_item_reads_s, 1_100.0);
         // Scans no longer grow with workers; membership does, slowly.
         let (w10, w100) = (seg(10_000, 10), seg(10_000, 100));
         assert_eq!(w10.scan_rru_s, w100.scan_rru_s);
@@ -393,7 +397,8 @@ mod tests {
             ..model()
         }
         .row(1_000, 10);
-        assert_eq!((r.fleet_rru_s, r.hottest_item_reads_s), (0.0, 0.0));
+        // Nothing reads the signal on its own; the 10 workers' scans still read it once a second.
+        assert_eq!((r.fleet_rru_s, r.hottest_item_reads_s), (0.0, 1.0));
     }
 
     #[test]
