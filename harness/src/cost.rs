@@ -7,8 +7,8 @@
 //! scans consistently only after a lost race or a fleet change, which `harness bench scale`
 //! counts: a few percent of its scans in a steady fleet), one eventually
 //! consistent `GetItem` of the fleet signal per worker per poll (0.5 RRU; the poll slows as the
-//! fleet grows so that the whole fleet reads it at most `lease_table::FLEET_READS_PER_SECOND`
-//! times a second). Checkpoints and
+//! fleet grows so that the whole fleet reads it, polls and scans together, at most
+//! `lease_table::FLEET_READS_PER_SECOND` times a second). Checkpoints and
 //! takeovers are left out: they scale with traffic and faults, not with the fleet's size. The
 //! takeover bench (`harness bench takeover`) measures the same counts on a real table.
 //!
@@ -142,12 +142,14 @@ impl Model {
             }
         };
         // Each worker's poll interval grows with the fleet, so that the whole fleet reads the
-        // signal at most `FLEET_READS_PER_SECOND` times a second (worker `fleet_poll_for`).
+        // signal, polls and scans together, at most `FLEET_READS_PER_SECOND` times a second
+        // (`lease_table::fleet_poll_budget`, as the worker's `fleet_poll_for`).
         let fleet_reads_s = if self.fleet_poll_ms == 0 {
             0.0
         } else {
-            (workers as f64 * 1000.0 / self.fleet_poll_ms as f64)
-                .min(f64::from(lease_table::FLEET_READS_PER_SECOND))
+            (workers as f64 * 1000.0 / self.fleet_poll_ms as f64).min(
+                lease_table::fleet_poll_budget(workers as f64, self.scan_seconds),
+            )
         };
         let fleet_rru_s = fleet_reads_s * 0.5;
         let month = |units_s: f64, price: f64| units_s * MONTH_SECONDS * price / 1e6;
@@ -346,14 +348,13 @@ mod tests {
         // 100,000 × 200 B = 20,000,000 B = 4,883 blocks of 4 KB at half a unit each (eventually
         // consistent), per worker per 10 s.
         assert_eq!(r.scan_rru_s, 244_150.0);
-        // 1,000 workers at 50 ms would read the signal 20,000 times a second; their polls slow
-        // to 1 s, so the fleet reads it 1,000 times a second; the 1,000 workers' scans read it
-        // 100 times a second more.
-        assert_eq!(r.fleet_rru_s, 500.0);
-        assert_eq!(r.hottest_item_reads_s, 1_100.0);
+        // 1,000 workers at 50 ms would read the signal 20,000 times a second; their scans read
+        // it 100 times a second, so their polls slow to 1.11 s: 900 a second.
+        assert_eq!(r.fleet_rru_s, 450.0);
+        assert_eq!(r.hottest_item_reads_s, 1_000.0);
         assert!((r.renew_usd_month - 16_200.0).abs() < 0.01, "{r:?}");
         assert!((r.scan_usd_month - 79_105.0).abs() < 1.0, "{r:?}");
-        assert!((r.fleet_usd_month - 162.0).abs() < 0.01, "{r:?}");
+        assert!((r.fleet_usd_month - 145.8).abs() < 0.01, "{r:?}");
         // A small fleet polls at the configured interval.
         assert_eq!(model().row(1_000, 10).hottest_item_reads_s, 201.0);
     }
@@ -382,7 +383,7 @@ mod tests {
         // 1,000 members of 150 B: 37 blocks, scanned by each worker per 10 s; one write each.
         assert_eq!((r.member_wru_s, r.member_rru_s), (100.0, 1_850.0));
         assert!(r.discovery_pct_of_renewals < 10.0, "{r:?}");
-        assert_eq!(r.hottest_item_reads_s, 1_100.0);
+        assert_eq!(r.hottest_item_reads_s, 1_000.0);
         // Scans no longer grow with workers; membership does, slowly.
         let (w10, w100) = (seg(10_000, 10), seg(10_000, 100));
         assert_eq!(w10.scan_rru_s, w100.scan_rru_s);

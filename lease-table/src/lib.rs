@@ -33,6 +33,20 @@ pub const FLEET_ITEM: &str = "__fleet__";
 /// 300 workers would saturate it and throttle the scans and lease writes that share it
 /// (issue #20). 1,000 leaves most of the partition to them.
 pub const FLEET_READS_PER_SECOND: u32 = 1_000;
+
+/// How many times a second `workers` workers, each scanning the whole table every
+/// `scan_seconds` (0: not at all), may poll [`FLEET_ITEM`] between them: what the scans leave
+/// of [`FLEET_READS_PER_SECOND`] (every scan reads the item once), but at least half of it —
+/// past that the scans themselves are the hot part, and slower polls would not fix it.
+pub fn fleet_poll_budget(workers: f64, scan_seconds: f64) -> f64 {
+    let budget = f64::from(FLEET_READS_PER_SECOND);
+    let scans = if scan_seconds > 0.0 {
+        workers.max(1.0) / scan_seconds
+    } else {
+        0.0
+    };
+    (budget - scans).max(budget / 2.0)
+}
 /// Every reserved (non-stream) item id. Exact ids, not a prefix: a real stream may be named
 /// `__anything` else and is owned like any other (a `__` prefix once hid such streams).
 pub const RESERVED_IDS: &[&str] = &[FLEET_ITEM];

@@ -176,7 +176,8 @@ pub fn row(
 ///
 /// Per stream and second: write units (renewals; flat in W). Per stream, worker and second:
 /// scan read units (every worker scans the whole table). Fleet-signal reads follow the worker's
-/// budget — every FLEET_POLL_MS per worker, at most `FLEET_READS_PER_SECOND` for the fleet — at
+/// budget — every FLEET_POLL_MS per worker, at most `FLEET_READS_PER_SECOND` for the fleet's
+/// polls and scans together (`lease_table::fleet_poll_budget`) — at
 /// the units per read measured.
 pub fn cost_model(
     measured: &ScaleRow,
@@ -209,6 +210,11 @@ pub fn cost_model(
         0.5
     };
     let scans_per_worker_s = measured.scans_per_s / measured.workers.max(1) as f64;
+    let scan_seconds = if scans_per_worker_s > 0.0 {
+        1.0 / scans_per_worker_s
+    } else {
+        0.0
+    };
     let budget = f64::from(lease_table::FLEET_READS_PER_SECOND);
     let rows = sizes
         .iter()
@@ -217,7 +223,8 @@ pub fn cost_model(
             let fleet_reads = if fleet_poll_ms == 0 {
                 0.0
             } else {
-                (w * 1000.0 / fleet_poll_ms as f64).min(budget)
+                (w * 1000.0 / fleet_poll_ms as f64)
+                    .min(lease_table::fleet_poll_budget(w, scan_seconds))
             };
             let write_units_per_s = write_per_stream_s * n;
             let read_units_per_s =
@@ -251,7 +258,7 @@ pub fn cost_model(
                 scan_units / measured.workers.max(1) as f64
             ),
             format!(
-                "fleet signal: every {fleet_poll_ms} ms per worker, at most {budget:.0} reads/s for the fleet, {units_per_fleet_read:.2} units per read"
+                "fleet signal: every {fleet_poll_ms} ms per worker, at most {budget:.0} reads/s for the fleet's polls and scans together, {units_per_fleet_read:.2} units per read"
             ),
             format!(
                 "on-demand ${write_price}/M write units, ${read_price}/M read units, 30-day month; checkpoints and takeovers left out"

@@ -62,14 +62,15 @@ fn the_cost_model_grows_scans_with_workers_and_caps_the_fleet_signal() {
     assert!((small.hottest_item_reads_per_s - 201.0).abs() < 1e-9);
     let large = &m.rows[1];
     assert!((large.write_units_per_s - 10_000.0).abs() < 1e-6);
-    // Scans: 4.9e-3 units per stream per worker per second × 1e5 × 1e3; the fleet signal
-    // capped at 1,000 reads/s × 0.5 units.
+    // Scans: 4.9e-3 units per stream per worker per second × 1e5 × 1e3; the fleet signal's
+    // polls get what the 1,000 workers' scans (100 a second) leave of 1,000 reads/s: 900 ×
+    // 0.5 units.
     assert!(
-        (large.read_units_per_s - (490_000.0 + 500.0)).abs() < 1e-6,
+        (large.read_units_per_s - (490_000.0 + 450.0)).abs() < 1e-6,
         "{large:?}"
     );
-    assert!((large.hottest_item_reads_per_s - 1_100.0).abs() < 1e-6);
-    let usd = (10_000.0 * 0.625 + 490_500.0 * 0.125) * MONTH_SECONDS / 1e6;
+    assert!((large.hottest_item_reads_per_s - 1_000.0).abs() < 1e-6);
+    let usd = (10_000.0 * 0.625 + 490_450.0 * 0.125) * MONTH_SECONDS / 1e6;
     assert!((large.usd_per_month - usd).abs() < 1e-6);
     assert!(m.assumptions.iter().any(|a| a.contains("1000 reads/s")));
 }

@@ -576,16 +576,18 @@ impl Supervision {
         } else {
             self.settings.fleet_poll.min(FLEET_POLL_DRAINING)
         };
-        fleet_poll_for(base, self.contenders.len() + 1)
+        fleet_poll_for(base, self.contenders.len() + 1, self.settings.scan)
     }
 }
 
-/// The poll interval of one of `live_owners` workers: `base`, or longer when the fleet would
-/// read the signal more than [`FLEET_READS_PER_SECOND`] times a second (50 ms up to 50 workers,
-/// 100 ms at 100, 1 s at 1,000: a handoff is noticed that much later in a large fleet).
-pub fn fleet_poll_for(base: Duration, live_owners: usize) -> Duration {
-    let owners = u32::try_from(live_owners.max(1)).unwrap_or(u32::MAX);
-    base.max(Duration::from_secs(1) * owners / FLEET_READS_PER_SECOND)
+/// The poll interval of one of `live_owners` workers scanning every `scan`: `base`, or longer
+/// when the item would be read more than [`FLEET_READS_PER_SECOND`] times a second, polls and
+/// scans together ([`lease_table::fleet_poll_budget`]). 50 ms up to 49 workers, about 101 ms at
+/// 100, 1.11 s at 1,000 (scan 10 s): a handoff is noticed that much later in a large fleet.
+pub fn fleet_poll_for(base: Duration, live_owners: usize, scan: Duration) -> Duration {
+    let owners = live_owners.max(1) as f64;
+    let polls = lease_table::fleet_poll_budget(owners, scan.as_secs_f64());
+    base.max(Duration::from_secs_f64(owners / polls))
 }
 
 /// `base` ± 10 % (`unit` in `[0, 1)`), so that workers started together do not act in lockstep.
