@@ -62,8 +62,7 @@ pub struct CostArgs {
 }
 
 /// How workers discover streams, as priced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Discovery {
     /// Every worker scans the whole lease table every scan interval (today's worker).
     Full,

@@ -47,6 +47,7 @@ pub fn fleet_poll_budget(workers: f64, scan_seconds: f64) -> f64 {
     };
     (budget - scans).max(budget / 2.0)
 }
+
 /// Every reserved (non-stream) item id. Exact ids, not a prefix: a real stream may be named
 /// `__anything` else and is owned like any other (a `__` prefix once hid such streams).
 pub const RESERVED_IDS: &[&str] = &[FLEET_ITEM];

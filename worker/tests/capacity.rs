@@ -76,6 +76,13 @@ async fn every_answered_request_reports_the_capacity_it_consumed() {
     let scans = requests(&text, "scan", "ok");
     let scan_units = units(&text, "Scan", "read");
     assert!(scans >= 3.0, "{text}");
+    // Twelve small items are one page: every whole-table scan counted is one page read (less
+    // one in flight at the scrape).
+    let whole = sample_of(&text, "lease_worker_scans_total").unwrap_or(-1.0);
+    assert!(
+        whole >= scans - 1.0 && whole <= scans,
+        "{whole} scans for {scans} pages\n{text}"
+    );
     // A page of 12 small items costs 1 unit strongly consistent (after a lost race or a fleet
     // change), half a unit eventually consistent (the periodic scans): which ones a run makes
     // depends on its races, so the sum lies between the two.

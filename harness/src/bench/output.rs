@@ -38,12 +38,21 @@ fn ms(v: Option<u64>) -> String {
     v.map_or("–".into(), |v| v.to_string())
 }
 
-fn dist(d: &Dist) -> String {
+/// `p50 / p99 / max` of a distribution, `–` where there is none.
+pub(super) fn dist(d: &Dist) -> String {
     format!("{} / {} / {}", ms(d.p50), ms(d.p99), ms(d.max))
 }
 
-fn headers(names: &[&str]) -> Vec<String> {
+pub(super) fn headers(names: &[&str]) -> Vec<String> {
     names.iter().map(|h| h.to_string()).collect()
+}
+
+/// The start of a bench's self-contained HTML page: head, style, title and the command line.
+pub(super) fn html_start(title: &str, command: &str) -> String {
+    format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>{title}</title><style>body{{font-family:sans-serif;max-width:1040px;margin:2em auto}}table{{border-collapse:collapse;font-size:13px}}td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}svg{{max-width:100%;height:auto}}</style></head><body><h1>{title}</h1><p><code>{}</code></p>",
+        html_escape(command)
+    )
 }
 
 /// A table of the bench in the report's model, so markdown and HTML come from one renderer.
@@ -251,12 +260,7 @@ pub fn write_takeover(dir: &Path, bench: &TakeoverBench, command: &str) -> anyho
     }
     std::fs::write(dir.join("bench.md"), &md)?;
 
-    let mut html = String::from("<!doctype html><html><head><meta charset=\"utf-8\"><title>harness bench takeover</title><style>body{font-family:sans-serif;max-width:1040px;margin:2em auto}table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}svg{max-width:100%;height:auto}</style></head><body>");
-    let _ = write!(
-        html,
-        "<h1>harness bench takeover</h1><p><code>{}</code></p>",
-        html_escape(command)
-    );
+    let mut html = html_start("harness bench takeover", command);
     if bench.interrupted {
         html.push_str("<p><strong>Interrupted by a signal</strong>: only what was measured before it is here.</p>");
     }

@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::lab::{self, LabSpec, Window};
+use super::output::{dist, headers, html_start};
 use super::stats::{self, Dist, Kind, TakeoverRow};
 use super::takeover::{self, LabPlan};
 use crate::report::{html_escape, table_html, table_markdown, Cell, Table};
@@ -119,11 +120,6 @@ pub struct ScaleBench {
     pub interrupted: bool,
 }
 
-/// Per stream-hour from a count over a window.
-fn per_stream_hour(n: f64, streams: usize, window_ms: u64) -> f64 {
-    stats::per_stream_hour(n, streams, window_ms)
-}
-
 /// A fleet size's row from its quiet window and its takeover rows. Pure.
 pub fn row(
     streams: usize,
@@ -141,17 +137,17 @@ pub fn row(
     ScaleRow {
         streams,
         workers,
-        read_units_per_stream_hour: per_stream_hour(c.read_units(), streams, window.ms),
-        write_units_per_stream_hour: per_stream_hour(c.write_units(), streams, window.ms),
+        read_units_per_stream_hour: stats::per_stream_hour(c.read_units(), streams, window.ms),
+        write_units_per_stream_hour: stats::per_stream_hour(c.write_units(), streams, window.ms),
         requests_per_stream_hour: c
             .requests
             .iter()
-            .map(|(op, n)| (op.clone(), per_stream_hour(*n, streams, window.ms)))
+            .map(|(op, n)| (op.clone(), stats::per_stream_hour(*n, streams, window.ms)))
             .collect(),
         units_per_stream_hour_by_api: c
             .capacity
             .iter()
-            .map(|(api, n)| (api.clone(), per_stream_hour(*n, streams, window.ms)))
+            .map(|(api, n)| (api.clone(), stats::per_stream_hour(*n, streams, window.ms)))
             .collect(),
         hottest_item_reads_per_s: scans_per_s + fleet_reads_per_s,
         scans_per_s,
@@ -384,11 +380,6 @@ pub async fn run(options: &ScaleOptions) -> anyhow::Result<ScaleBench> {
     Ok(bench)
 }
 
-fn ms(d: &Dist) -> String {
-    let v = |x: Option<u64>| x.map_or("–".to_string(), |v| v.to_string());
-    format!("{} / {} / {}", v(d.p50), v(d.p99), v(d.max))
-}
-
 /// The measured rows in the report's table model.
 pub fn scale_table(b: &ScaleBench) -> Table {
     let rows = b
@@ -404,14 +395,14 @@ pub fn scale_table(b: &ScaleBench) -> Table {
                 format!("{:.1}", by(&r.units_per_stream_hour_by_api, "GetItem")).into(),
                 format!("{:.0}", r.write_units_per_stream_hour).into(),
                 format!("{:.0}", r.hottest_item_reads_per_s).into(),
-                format!("{} ({})", ms(&r.crash_overhead_ms), r.crash_samples).into(),
-                format!("{} ({})", ms(&r.handoff_ms), r.handoff_samples).into(),
+                format!("{} ({})", dist(&r.crash_overhead_ms), r.crash_samples).into(),
+                format!("{} ({})", dist(&r.handoff_ms), r.handoff_samples).into(),
                 format!("{:.0} KiB", r.worker_rss_bytes_per_stream / 1024.0).into(),
                 format!("{:.0} %", r.harness_cpu_share * 100.0).into(),
             ]
         })
         .collect();
-    let headers = [
+    let names = [
         "streams",
         "workers",
         "read units / stream-hour",
@@ -435,7 +426,7 @@ pub fn scale_table(b: &ScaleBench) -> Table {
             b.config.window_ms as f64 / 1000.0,
             b.config.runs
         )),
-        headers: headers.iter().map(|h| h.to_string()).collect(),
+        headers: headers(&names),
         rows,
         note: None,
     }
@@ -457,7 +448,7 @@ pub fn cost_model_table(m: &CostModel) -> Table {
             ]
         })
         .collect();
-    let headers = [
+    let names = [
         "streams",
         "workers",
         "read units/s",
@@ -469,7 +460,7 @@ pub fn cost_model_table(m: &CostModel) -> Table {
         id: "cost-model",
         title: "Cost model (measured rates, priced)".to_string(),
         intro: Some(m.assumptions.join("; ")),
-        headers: headers.iter().map(|h| h.to_string()).collect(),
+        headers: headers(&names),
         rows,
         note: None,
     }
@@ -509,11 +500,7 @@ pub fn write(dir: &Path, b: &ScaleBench, command: &str) -> anyhow::Result<()> {
         }
     }
     std::fs::write(dir.join("scale.md"), md)?;
-    let mut html = String::from("<!doctype html><html><head><meta charset=\"utf-8\"><title>harness bench scale</title><style>body{font-family:sans-serif;max-width:1040px;margin:2em auto}table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}</style></head><body>");
-    html.push_str(&format!(
-        "<h1>harness bench scale</h1><p><code>{}</code></p>",
-        html_escape(command)
-    ));
+    let mut html = html_start("harness bench scale", command);
     if b.interrupted {
         html.push_str("<p><strong>Interrupted by a signal</strong>: only the fleet sizes measured before it are here.</p>");
     }
