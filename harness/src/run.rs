@@ -206,6 +206,10 @@ impl Env<'_> {
         lease_table::create_table(&self.client, table)
             .await
             .map_err(|e| invalid("creating the lease table", &e))?;
+        // Segmented discovery's membership table (`DISCOVERY=segmented`); unused otherwise.
+        lease_table::members::create_table(&self.client, &lease_table::members::table_for(table))
+            .await
+            .map_err(|e| invalid("creating the membership table", &e))?;
         // The timeline's source: the table's stream where the backend has one, else polling.
         let lease_source = crate::lease_log::choose(&self.client, &self.endpoint, table).await;
         self.recorder.record(Record::RunStart(RunStart {

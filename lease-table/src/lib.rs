@@ -15,6 +15,7 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 
+pub mod members;
 pub mod ops;
 
 /// Default table name (`LEASE_TABLE`).
@@ -272,6 +273,16 @@ pub enum Created {
 /// Creates the lease table (`stream_id` S, on-demand) when it is missing and waits until it is
 /// ACTIVE. Never deletes or alters an existing table.
 pub async fn create_table(client: &Client, table: &str) -> Result<Created, TableError> {
+    create_keyed_table(client, table, attr::STREAM_ID).await
+}
+
+/// Creates an on-demand table keyed by the string attribute `key` when it is missing, and waits
+/// until it is ACTIVE.
+async fn create_keyed_table(
+    client: &Client,
+    table: &str,
+    key: &str,
+) -> Result<Created, TableError> {
     let outcome = match client.describe_table().table_name(table).send().await {
         Ok(_) => Created::Existing,
         Err(err)
@@ -285,14 +296,14 @@ pub async fn create_table(client: &Client, table: &str) -> Result<Created, Table
                 .billing_mode(BillingMode::PayPerRequest)
                 .attribute_definitions(
                     AttributeDefinition::builder()
-                        .attribute_name(attr::STREAM_ID)
+                        .attribute_name(key)
                         .attribute_type(ScalarAttributeType::S)
                         .build()
                         .expect("attribute definition is complete"),
                 )
                 .key_schema(
                     KeySchemaElement::builder()
-                        .attribute_name(attr::STREAM_ID)
+                        .attribute_name(key)
                         .key_type(KeyType::Hash)
                         .build()
                         .expect("key schema is complete"),

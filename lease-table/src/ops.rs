@@ -460,14 +460,7 @@ pub async fn fleet_read(client: &Client, table: &str) -> Result<FleetSignal, OpE
         .send()
         .await
         .map_err(|err| {
-            let kind = match err.as_service_error().and_then(|e| e.code()) {
-                Some(
-                    "ProvisionedThroughputExceededException"
-                    | "ThrottlingException"
-                    | "RequestLimitExceeded",
-                ) => ErrorKind::Throttled,
-                _ => ErrorKind::Other,
-            };
+            let kind = error_kind(err.as_service_error().and_then(|e| e.code()));
             OpError {
                 op: "fleet_read",
                 stream_id: crate::FLEET_ITEM.to_string(),
@@ -510,19 +503,25 @@ fn refused_or_error<T>(
         let current = e.item().and_then(|item| LeaseItem::from_item(item).ok());
         return Ok(Outcome::Refused { current });
     }
-    let kind = match err.as_service_error().and_then(|e| e.code()) {
-        Some(
-            "ProvisionedThroughputExceededException"
-            | "ThrottlingException"
-            | "RequestLimitExceeded"
-            | "LimitExceededException",
-        ) => ErrorKind::Throttled,
-        _ => ErrorKind::Other,
-    };
+    let kind = error_kind(err.as_service_error().and_then(|e| e.code()));
     Err(OpError {
         op,
         stream_id: stream_id.to_string(),
         kind,
         message: DisplayErrorContext(err).to_string(),
     })
+}
+
+/// The kind of a failed request from its error code: throttling (the table or the account
+/// asked the caller to slow down) or anything else.
+pub fn error_kind(code: Option<&str>) -> ErrorKind {
+    match code {
+        Some(c) if c.contains("Throttl") => ErrorKind::Throttled,
+        Some(
+            "ProvisionedThroughputExceededException"
+            | "RequestLimitExceeded"
+            | "LimitExceededException",
+        ) => ErrorKind::Throttled,
+        _ => ErrorKind::Other,
+    }
 }

@@ -45,6 +45,8 @@ settings! {
         FLEET_POLL_MS,
         SCAN_SECONDS,
         ACQUIRE_MODE,
+        DISCOVERY,
+        MEMBERS_TABLE,
         CHAOS_SKIP_DEADLINE_CHECK,
         LOG_FORMAT,
         BATCH_MAX_EVENTS,

@@ -145,6 +145,14 @@ pub struct RawConfig {
     /// `expiry-aware` (try a held lease right when it expires) or `poll` (scan only).
     #[arg(long, env = settings::ACQUIRE_MODE, default_value = "expiry-aware")]
     pub acquire_mode: String,
+    /// `full` (every worker scans the whole lease table) or `segmented` (each scans its own
+    /// segment and one other, and reads the membership table MEMBERS_TABLE: discovery's reads
+    /// stay flat as the fleet grows; see the README's "Discovery at scale").
+    #[arg(long, env = settings::DISCOVERY, default_value = "full")]
+    pub discovery: String,
+    /// The membership table of segmented discovery [default: LEASE_TABLE-members].
+    #[arg(long, env = settings::MEMBERS_TABLE)]
+    pub members_table: Option<String>,
     /// TEST ONLY: skip the local-deadline check (a zombie writer for the harness). Never in production.
     #[arg(long, env = settings::CHAOS_SKIP_DEADLINE_CHECK, default_value = "false")]
     pub chaos_skip_deadline_check: String,
@@ -166,6 +174,16 @@ pub enum AcquireMode {
     ExpiryAware,
     /// The source design's plain polling: only scans find candidates.
     Poll,
+}
+
+/// How the worker discovers streams.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Discovery {
+    /// Every worker scans the whole lease table.
+    Full,
+    /// Each worker scans its own segment of the lease table and one other; live owners and
+    /// their counts come from this membership table.
+    Segmented { members_table: String },
 }
 
 /// What a sink's permanent rejection (4xx other than 409, 408, 429) of a batch does.
@@ -210,6 +228,7 @@ pub struct Config {
     pub sink_reject: RejectPolicy,
     pub scan: Duration,
     pub acquire_mode: AcquireMode,
+    pub discovery: Discovery,
     pub chaos_skip_deadline_check: bool,
     pub log_format: LogFormat,
     pub batch_max_events: usize,
@@ -341,6 +360,25 @@ impl RawConfig {
                 )))
             }
         };
+        let discovery = match self.discovery.trim() {
+            "full" => Discovery::Full,
+            "segmented" => Discovery::Segmented {
+                members_table: match self.members_table.as_deref().map(str::trim) {
+                    Some("") => {
+                        return Err(refuse(
+                            "MEMBERS_TABLE is set but empty; unset it or give a name",
+                        ))
+                    }
+                    Some(t) => t.to_string(),
+                    None => lease_table::members::table_for(self.lease_table.trim()),
+                },
+            },
+            other => {
+                return Err(refuse(format!(
+                    "DISCOVERY={other:?} must be `full` or `segmented`"
+                )))
+            }
+        };
         let chaos_skip_deadline_check = match self.chaos_skip_deadline_check.trim() {
             "true" | "1" => true,
             "false" | "0" | "" => false,
@@ -409,6 +447,7 @@ impl RawConfig {
             sink_reject,
             scan,
             acquire_mode,
+            discovery,
             chaos_skip_deadline_check,
             log_format,
             batch_max_events,
@@ -497,7 +536,17 @@ mod tests {
         assert_eq!(config.scan, config.renew);
         assert_eq!(config.safety_margin, Duration::from_secs(1));
         assert_eq!(config.acquire_mode, AcquireMode::ExpiryAware);
+        assert_eq!(config.discovery, Discovery::Full);
         assert!(!config.chaos_skip_deadline_check);
+        let segmented = raw(&["--discovery", "segmented", "--lease-table", "t"])
+            .validate()
+            .unwrap();
+        assert_eq!(
+            segmented.discovery,
+            Discovery::Segmented {
+                members_table: "t-members".into()
+            }
+        );
     }
 
     #[test]
@@ -526,6 +575,7 @@ mod tests {
             (&["--upstream-url", "https://x:1"], "UPSTREAM_URL"),
             (&["--metrics-addr", "localhost"], "METRICS_ADDR"),
             (&["--acquire-mode", "greedy"], "ACQUIRE_MODE"),
+            (&["--discovery", "leader"], "DISCOVERY"),
             (&["--log-format", "xml"], "LOG_FORMAT"),
             (&["--batch-max-events", "0"], "BATCH_MAX_EVENTS"),
             (&["--upstream-idle-ms", "50"], "UPSTREAM_IDLE_MS"),

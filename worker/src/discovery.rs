@@ -26,10 +26,11 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::config::{AcquireMode, Config};
+use crate::config::{AcquireMode, Config, Discovery};
 use crate::decide::{self, Attempt, ReleaseReason, Round, Scheduled, Supervision};
 use crate::http::Readiness;
 use crate::lease::CallError;
+use crate::membership::Membership;
 use crate::stream::{self, Acquired, Control, Exit, Shared, AWS_CALL_TIMEOUT};
 
 pub use crate::decide::{FAST_RESCAN, MAX_PER_ROUND, MIN_RESCAN, PER_ROUND, VIEW_ROUNDS};
@@ -85,6 +86,8 @@ pub struct Supervisor {
     /// Acquires sent and not yet answered. A round abandoned for shutdown leaves them here:
     /// the table may name this worker for them, so the drain releases those it finds.
     acquiring: HashSet<String>,
+    /// Segmented discovery's membership (`None` in full discovery).
+    membership: Option<Membership>,
 }
 
 fn jittered(base: Duration) -> Duration {
@@ -105,6 +108,10 @@ impl Supervisor {
         };
         let core =
             Supervision::new(settings, &shared.owner_id).with_instance(shared.table.instance());
+        let membership = match config.discovery {
+            Discovery::Full => None,
+            Discovery::Segmented { .. } => Some(Membership::default()),
+        };
         Supervisor {
             shared,
             config,
@@ -113,6 +120,7 @@ impl Supervisor {
             tasks: JoinSet::new(),
             core,
             acquiring: HashSet::new(),
+            membership,
         }
     }
 
@@ -238,18 +246,30 @@ impl Supervisor {
     /// One discovery scan and acquisition round. Returns true when another round should follow soon.
     async fn scan_round(&mut self, consistent: bool) -> bool {
         let began = Instant::now();
-        let scanned = self.shared.table.scan(SCAN_PAGE_TIMEOUT, consistent).await;
+        let table = &self.shared.table;
+        let scanned = match &mut self.membership {
+            Some(membership) => {
+                let held = self.owned.len();
+                membership
+                    .scan(table, &mut self.core, held, SCAN_PAGE_TIMEOUT, consistent)
+                    .await
+            }
+            None => table
+                .scan(SCAN_PAGE_TIMEOUT, consistent, None)
+                .await
+                .map(|view| {
+                    let items = view.items.len();
+                    self.core
+                        .on_scan(view.items, view.bids, began.elapsed(), Instant::now());
+                    items
+                }),
+        };
         match scanned {
-            Ok(view) => {
+            Ok(items) => {
                 self.shared.metrics.scans.inc();
                 if !self.readiness.scanned.swap(true, Ordering::Relaxed) {
-                    tracing::info!(
-                        streams = view.items.len(),
-                        "first discovery scan done; ready"
-                    );
+                    tracing::info!(streams = items, "first discovery scan done; ready");
                 }
-                self.core
-                    .on_scan(view.items, view.bids, began.elapsed(), Instant::now());
                 self.acquire_round().await
             }
             Err(e) => {
@@ -279,11 +299,36 @@ impl Supervisor {
             let gone = round.forget_draining.clone();
             tokio::spawn(async move { table.fleet_forget(&gone, FLEET_TIMEOUT).await });
         }
+        if !round.forget_members.is_empty() {
+            tracing::debug!(gone = ?round.forget_members, "deleting members gone for long");
+            let table = self.shared.table.clone();
+            let gone = round.forget_members.clone();
+            tokio::spawn(async move {
+                for (owner, expires_at) in gone {
+                    let _ = table.forget_member(&owner, expires_at, FLEET_TIMEOUT).await;
+                }
+            });
+        }
         let raced = self.acquire_all(&round.acquire).await;
         if let Some(stream_id) = &round.bid {
             tracing::debug!(%stream_id, target = round.gauges.fair_share, owned = self.owned.len(), "starved below the fair share; bidding");
-            if let Err(e) = self.shared.table.bid(stream_id, AWS_CALL_TIMEOUT).await {
-                tracing::warn!(%stream_id, error = %e, "bid failed");
+            match self.shared.table.bid(stream_id, AWS_CALL_TIMEOUT).await {
+                Ok(Outcome::Done(())) => {
+                    if let Some(membership) = &mut self.membership {
+                        let held = self.owned.len();
+                        membership
+                            .on_bid(
+                                &self.shared.table,
+                                &self.core,
+                                held,
+                                stream_id,
+                                FLEET_TIMEOUT,
+                            )
+                            .await;
+                    }
+                }
+                Ok(Outcome::Refused { .. }) => {}
+                Err(e) => tracing::warn!(%stream_id, error = %e, "bid failed"),
             }
         }
         for (stream_id, reason) in &round.release {
@@ -477,7 +522,22 @@ impl Supervisor {
         // While the streams flush: tell the fleet this worker is draining, so the others stop
         // counting it as a live owner (their share grows to cover its streams) and look at once.
         // (Even with nothing owned: a starved worker's last bids would otherwise count it live.)
-        self.fleet_bump(Some(true), deadline).await;
+        // Segmented discovery marks its membership item instead of growing the signal's set.
+        let mut membership = self.membership.take();
+        if let Some(membership) = &mut membership {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let held = self.owned.len();
+            membership
+                .draining(
+                    &self.shared.table,
+                    &self.core,
+                    held,
+                    FLEET_TIMEOUT.min(left),
+                )
+                .await;
+        }
+        let mark = membership.is_none().then_some(true);
+        self.fleet_bump(mark, deadline).await;
         let mut unconfirmed = 0;
         let mut unannounced = 0;
         loop {

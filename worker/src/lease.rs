@@ -11,6 +11,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
+use lease_table::members::Member;
 use lease_table::ops::{self, ErrorKind, FleetSignal, Holder, OpError, Outcome};
 use lease_table::LeaseItem;
 
@@ -21,6 +22,12 @@ use crate::write_gate::WriteGate;
 
 /// The IAM actions of every DynamoDB operation this worker calls.
 pub const DYNAMODB_ACTIONS: &[&str] = &["dynamodb:GetItem", "dynamodb:Scan", "dynamodb:UpdateItem"];
+/// The IAM actions segmented discovery (`DISCOVERY=segmented`) calls on its membership table.
+pub const MEMBERS_DYNAMODB_ACTIONS: &[&str] = &[
+    "dynamodb:Scan",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+];
 
 /// Extra attribute (design §2 allows more): a starved worker's id, written on a held stream so
 /// that its owner counts the bidder as a live owner and sheds down to the fair share. The source
@@ -88,6 +95,8 @@ pub struct LeaseTable {
     instance: Arc<str>,
     metrics: Arc<Metrics>,
     gate: Arc<WriteGate>,
+    /// Segmented discovery's membership table, when used.
+    members: Option<Arc<str>>,
 }
 
 impl LeaseTable {
@@ -100,7 +109,14 @@ impl LeaseTable {
             instance: format!("{:016x}", rand::random::<u64>()).into(),
             metrics,
             gate: Arc::new(WriteGate::default()),
+            members: None,
         }
+    }
+
+    /// The same table, with segmented discovery's membership table `members`.
+    pub fn with_members(mut self, members: &str) -> Self {
+        self.members = Some(members.into());
+        self
     }
 
     /// Lease requests this worker may have in flight now (its congestion window).
@@ -324,7 +340,8 @@ impl LeaseTable {
         self.timed("fleet_bump", timeout, call).await.map(|_| ())
     }
 
-    /// Reads the whole table (paginated; eventually consistent unless `consistent`: it only
+    /// Reads the whole table, or with `segment = Some((n, total))` its segment `n` of a
+    /// parallel scan of `total` (paginated; eventually consistent unless `consistent`: it only
     /// hints at candidates; conditional writes decide). Each page has its own `page_timeout`.
     /// A failed or timed-out page is retried from its own start key (`LastEvaluatedKey` of the
     /// page before) up to [`SCAN_PAGE_RETRIES`] times with backoff, keeping the pages already
@@ -335,13 +352,160 @@ impl LeaseTable {
         &self,
         page_timeout: Duration,
         consistent: bool,
+        segment: Option<(usize, usize)>,
     ) -> Result<ScanView, CallError> {
         let mut view = ScanView::default();
+        let table = self.table.clone();
+        self.scan_pages("scan", &table, page_timeout, consistent, segment, |raw| {
+            if matches!(raw.get(lease_table::attr::STREAM_ID), Some(AttributeValue::S(id)) if lease_table::is_reserved(id))
+            {
+                return;
+            }
+            let item = match LeaseItem::from_item(raw) {
+                Ok(item) => item,
+                Err(e) => {
+                    tracing::warn!(error = %e, "skipping a malformed lease item");
+                    return;
+                }
+            };
+            if let (Some(AttributeValue::S(bidder)), Some(AttributeValue::N(at))) =
+                (raw.get(BID_OWNER), raw.get(BID_AT))
+            {
+                if let Ok(at) = at.parse::<i64>() {
+                    view.bids.push(Bid {
+                        stream_id: item.stream_id.clone(),
+                        bidder: bidder.clone(),
+                        at,
+                    });
+                }
+            }
+            view.items.push(item);
+        })
+        .await?;
+        Ok(view)
+    }
+
+    /// Reads one stream's item (one consistent `GetItem`), outside the congestion window (it is
+    /// a read); `None` when the stream has no item.
+    pub async fn get(
+        &self,
+        stream_id: &str,
+        timeout: Duration,
+    ) -> Result<Option<LeaseItem>, CallError> {
+        let read = lease_table::get(&self.client, &self.table, stream_id);
+        let result = match tokio::time::timeout(timeout, read).await {
+            Ok(Ok(item)) => Ok(item),
+            Ok(Err(e)) => Err(CallError::Failed(OpError {
+                op: "get",
+                stream_id: stream_id.to_string(),
+                kind: ErrorKind::Other,
+                message: e.to_string(),
+            })),
+            Err(_) => Err(CallError::Timeout {
+                op: "get",
+                after: timeout,
+            }),
+        };
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(e) => e.outcome(),
+        };
+        self.metrics.dynamodb("get", outcome);
+        result
+    }
+
+    /// Segmented discovery: reads the whole membership table (eventually consistent unless
+    /// `consistent`). Items that are not members are skipped.
+    pub async fn scan_members(
+        &self,
+        page_timeout: Duration,
+        consistent: bool,
+    ) -> Result<Vec<Member>, CallError> {
+        let Some(table) = self.members.clone() else {
+            return Ok(Vec::new());
+        };
+        let mut members = Vec::new();
+        self.scan_pages(
+            "member_scan",
+            &table,
+            page_timeout,
+            consistent,
+            None,
+            |raw| {
+                members.extend(Member::from_item(raw));
+            },
+        )
+        .await?;
+        Ok(members)
+    }
+
+    /// Segmented discovery: writes this worker's membership item (one `UpdateItem`).
+    pub async fn heartbeat(&self, member: &Member, timeout: Duration) -> Result<(), CallError> {
+        let Some(table) = self.members.clone() else {
+            return Ok(());
+        };
+        let call = async {
+            lease_table::members::heartbeat(&self.client, &table, member, lease_table::now_ms())
+                .await
+                .map(Outcome::Done)
+                .map_err(|e| OpError {
+                    op: "member_put",
+                    stream_id: String::new(),
+                    kind: ops::error_kind(e.code()),
+                    message: aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string(),
+                })
+        };
+        self.timed("member_put", timeout, call).await.map(|_| ())
+    }
+
+    /// Segmented discovery: deletes a member gone for long, if it still expires at
+    /// `expires_at` (one conditional `DeleteItem`).
+    pub async fn forget_member(
+        &self,
+        owner_id: &str,
+        expires_at: i64,
+        timeout: Duration,
+    ) -> Result<(), CallError> {
+        let Some(table) = self.members.clone() else {
+            return Ok(());
+        };
+        let call = async {
+            lease_table::members::forget(&self.client, &table, owner_id, expires_at)
+                .await
+                .map(Outcome::Done)
+                .map_err(|e| OpError {
+                    op: "member_delete",
+                    stream_id: String::new(),
+                    kind: ops::error_kind(e.code()),
+                    message: aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string(),
+                })
+        };
+        self.timed("member_delete", timeout, call).await.map(|_| ())
+    }
+
+    /// Every page of a scan of `table` (see [`LeaseTable::scan`]), each item handed to `each`.
+    async fn scan_pages(
+        &self,
+        op: &'static str,
+        table: &str,
+        page_timeout: Duration,
+        consistent: bool,
+        segment: Option<(usize, usize)>,
+        mut each: impl FnMut(&std::collections::HashMap<String, AttributeValue>),
+    ) -> Result<(), CallError> {
         let mut start_key = None;
         let mut retries = 0;
+        let mut kept = 0;
         loop {
             let page = match self
-                .scan_page(page_timeout, consistent, start_key.clone())
+                .scan_page(
+                    op,
+                    table,
+                    page_timeout,
+                    consistent,
+                    segment,
+                    start_key.clone(),
+                )
                 .await
             {
                 Ok(page) => page,
@@ -349,89 +513,60 @@ impl LeaseTable {
                     let delay =
                         SCAN_RETRY_BACKOFF.delay(retries, 0.5 + 0.5 * rand::random::<f64>());
                     retries += 1;
-                    tracing::debug!(error = %e, retry = retries, delay_ms = delay.as_millis() as u64, pages_kept = view.items.len(), "scan page failed; retrying it from its start key");
+                    tracing::debug!(error = %e, retry = retries, delay_ms = delay.as_millis() as u64, pages_kept = kept, "scan page failed; retrying it from its start key");
                     tokio::time::sleep(delay).await;
                     continue;
                 }
                 Err(e) => return Err(e),
             };
-            for raw in page.items() {
-                if matches!(raw.get(lease_table::attr::STREAM_ID), Some(AttributeValue::S(id)) if lease_table::is_reserved(id))
-                {
-                    continue;
-                }
-                let item = match LeaseItem::from_item(raw) {
-                    Ok(item) => item,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "skipping a malformed lease item");
-                        continue;
-                    }
-                };
-                if let (Some(AttributeValue::S(bidder)), Some(AttributeValue::N(at))) =
-                    (raw.get(BID_OWNER), raw.get(BID_AT))
-                {
-                    if let Ok(at) = at.parse::<i64>() {
-                        view.bids.push(Bid {
-                            stream_id: item.stream_id.clone(),
-                            bidder: bidder.clone(),
-                            at,
-                        });
-                    }
-                }
-                view.items.push(item);
-            }
+            kept += 1;
+            page.items().iter().for_each(&mut each);
             match page.last_evaluated_key() {
                 Some(key) if !key.is_empty() => start_key = Some(key.clone()),
-                _ => break,
+                _ => return Ok(()),
             }
         }
-        Ok(view)
     }
 
-    /// One scan page from `start_key`, counted.
+    /// One scan page of `table` from `start_key`, counted under `op`.
     async fn scan_page(
         &self,
+        op: &'static str,
+        table: &str,
         page_timeout: Duration,
         consistent: bool,
+        segment: Option<(usize, usize)>,
         start_key: Option<std::collections::HashMap<String, AttributeValue>>,
     ) -> Result<aws_sdk_dynamodb::operation::scan::ScanOutput, CallError> {
-        let request = self
+        let mut request = self
             .client
             .scan()
-            .table_name(&*self.table)
+            .table_name(table)
             .consistent_read(consistent)
-            .set_exclusive_start_key(start_key)
-            .send();
-        match tokio::time::timeout(page_timeout, request).await {
+            .set_exclusive_start_key(start_key);
+        if let Some((n, total)) = segment.filter(|(_, total)| *total > 1) {
+            request = request.segment(n as i32).total_segments(total as i32);
+        }
+        match tokio::time::timeout(page_timeout, request.send()).await {
             Ok(Ok(page)) => {
-                self.metrics.dynamodb("scan", "ok");
+                self.metrics.dynamodb(op, "ok");
                 Ok(page)
             }
             Ok(Err(e)) => {
-                let throttled = e
-                    .as_service_error()
-                    .and_then(|s| s.code())
-                    .is_some_and(|c| {
-                        c.contains("Throttl") || c.contains("ProvisionedThroughputExceeded")
-                    });
-                let kind = if throttled {
-                    ErrorKind::Throttled
-                } else {
-                    ErrorKind::Other
-                };
+                let kind = ops::error_kind(e.as_service_error().and_then(|s| s.code()));
                 let err = CallError::Failed(OpError {
-                    op: "scan",
+                    op,
                     stream_id: String::new(),
                     kind,
                     message: aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string(),
                 });
-                self.metrics.dynamodb("scan", err.outcome());
+                self.metrics.dynamodb(op, err.outcome());
                 Err(err)
             }
             Err(_) => {
-                self.metrics.dynamodb("scan", "timeout");
+                self.metrics.dynamodb(op, "timeout");
                 Err(CallError::Timeout {
-                    op: "scan",
+                    op,
                     after: page_timeout,
                 })
             }

@@ -13,6 +13,7 @@ pub mod decide;
 pub mod discovery;
 pub mod http;
 pub mod lease;
+pub mod membership;
 pub mod metrics;
 pub mod run;
 pub mod sink;

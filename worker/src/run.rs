@@ -96,13 +96,18 @@ pub async fn run(
         renew_ms = config.renew.as_millis() as u64,
         scan_ms = config.scan.as_millis() as u64,
         mode = ?config.acquire_mode,
+        discovery = ?config.discovery,
         "lease-worker started"
     );
 
     let client = dynamodb_client(&config, metrics.clone()).await;
     let owner: Arc<str> = owner_id.as_str().into();
+    let mut table = LeaseTable::new(client, &config.table, &owner_id, metrics.clone());
+    if let crate::config::Discovery::Segmented { members_table } = &config.discovery {
+        table = table.with_members(members_table);
+    }
     let shared = Arc::new(Shared {
-        table: LeaseTable::new(client, &config.table, &owner_id, metrics.clone()),
+        table,
         sink: Sink::new(&config.sink_url),
         metrics: metrics.clone(),
         owner_id: owner,

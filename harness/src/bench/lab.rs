@@ -81,6 +81,8 @@ impl Lab {
             .map(|i| lease_protocol::stream_name("s-", i))
             .collect();
         lease_table::create_table(&client, &table).await?;
+        lease_table::members::create_table(&client, &lease_table::members::table_for(&table))
+            .await?;
         let chunk = stream_ids.len().div_ceil(16).max(1);
         let seeds = stream_ids
             .chunks(chunk)

@@ -22,6 +22,11 @@ impl ItemState {
         }
     }
 
+    /// Held by someone under a lease that expired before `now_ms`, as the table says.
+    pub(super) fn lapsed_at(&self, now_ms: i64) -> bool {
+        self.owner_id.is_some() && self.lease_expires_at.is_some_and(|t| t < now_ms)
+    }
+
     /// The state as a [`Seen`] when someone other than `me` holds the lease (or another
     /// process under `me`'s id: `other_instance`).
     pub(super) fn held_by_other(self, me: &str, other_instance: bool) -> Option<Seen> {

@@ -11,10 +11,12 @@
 //! are live, lapsed or draining, cooldowns, the ramp, when to scan, bid or wake) and [`round`]
 //! (its settings and what one round decides).
 
+pub mod census;
 mod items;
 pub mod owners;
 pub mod plan;
 pub mod round;
+pub mod schedule;
 pub mod stream;
 pub mod window;
 
@@ -22,12 +24,17 @@ pub use items::instance_alias;
 pub use owners::*;
 pub use plan::*;
 pub use round::*;
+pub use schedule::*;
 pub use stream::*;
 pub use window::*;
 
 #[cfg(test)]
 mod plan_tests;
 #[cfg(test)]
+mod segmented_tests;
+#[cfg(test)]
 mod sim_tests;
+#[cfg(test)]
+mod supervision_tests;
 #[cfg(test)]
 mod tests;

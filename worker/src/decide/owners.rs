@@ -13,8 +13,9 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use lease_table::members::Member;
 use lease_table::LeaseItem;
-/// The fleet signal's read budget, which [`fleet_poll_for`] keeps to.
+/// The fleet signal's read budget, which [`super::fleet_poll_for`] keeps to.
 pub use lease_table::FLEET_READS_PER_SECOND;
 
 use super::round::*;
@@ -45,14 +46,14 @@ pub const FLEET_POLL_DRAINING: Duration = Duration::from_millis(30);
 /// The supervisor's decisions and memory.
 #[derive(Debug)]
 pub struct Supervision {
-    settings: Settings,
-    me: String,
+    pub(super) settings: Settings,
+    pub(super) me: String,
     known: Vec<LeaseItem>,
     bids: Vec<Bid>,
     fences: FenceBook,
     /// Each known item's state (owner, fence, expiry) and when, on the monotonic clock, it was
     /// first seen in it: skew-tolerant expiry judges "unchanged for long enough" from this.
-    seen: HashMap<String, (ItemState, Instant)>,
+    pub(super) seen: HashMap<String, (ItemState, Instant)>,
     /// Streams this worker does not take back until the instant given, unless someone else
     /// has held them since (a fence above the one given): those it shed or handed over (for two
     /// scan intervals), and those whose lease it lost, or whose acquire or release went
@@ -66,19 +67,19 @@ pub struct Supervision {
     /// rounds instead of share / 8), back to [`PER_ROUND`] once a round wants nothing more.
     per_round: usize,
     /// Hurried rounds planned on the current view since the last scan.
-    view_rounds: u32,
+    pub(super) view_rounds: u32,
     /// Whether the last round lost an acquire race (its view is stale).
-    raced: bool,
+    pub(super) raced: bool,
     /// How long the last scan took (see [`Supervision::rescan_delay`]).
-    last_scan_took: Duration,
+    pub(super) last_scan_took: Duration,
     /// Live owners in the last plan (this worker included).
-    live_owners: usize,
+    pub(super) live_owners: usize,
     /// The other live owners in the last plan: the herd for an expiring stream.
-    contenders: Vec<String>,
+    pub(super) contenders: Vec<String>,
     /// Last fleet generation read (`None` before the first read).
     fleet_generation: Option<u64>,
     /// Owners the fleet signal names as draining (never this worker while it runs).
-    draining_owners: HashSet<String>,
+    pub(super) draining_owners: HashSet<String>,
     /// Owners seen with a lapsed lease (dead, or paused past their lease), with the Unix ms at
     /// which they were first seen so: not live owners until they hold nothing any more, or
     /// renew a lease past that moment (a resumed owner).
@@ -91,6 +92,17 @@ pub struct Supervision {
     /// Lease requests the worker may have in flight now (its congestion window): a round
     /// sends no more acquires than that, the rest wait for the next round.
     write_window: usize,
+    /// Segmented discovery: the membership table as last read (`None` in full discovery).
+    pub(super) members: Option<Vec<Member>>,
+    /// Segmented discovery: lease items in this worker's own segment at its last scan.
+    pub(super) segment_items: usize,
+    /// Segmented discovery: scans made, which picks the rotating segment.
+    pub(super) scan_turn: u64,
+    /// Segmented discovery: the number of segments of the last scan.
+    pub(super) segments_scanned: usize,
+    /// Segmented discovery: this worker's last bid (stream, Unix ms). The stream may lie
+    /// outside the segments it reads next, so it is read on its own while the bid is fresh.
+    pub(super) my_bid: Option<(String, i64)>,
 }
 
 impl Supervision {
@@ -116,6 +128,11 @@ impl Supervision {
             lapsed_owners: HashMap::new(),
             instance: None,
             write_window: usize::MAX,
+            members: None,
+            segment_items: 0,
+            scan_turn: 0,
+            segments_scanned: 0,
+            my_bid: None,
         }
     }
 
@@ -197,7 +214,8 @@ impl Supervision {
     /// Records when each known item was first seen in its current state.
     fn observe(&mut self, now: Instant) {
         let mut seen = std::mem::take(&mut self.seen);
-        seen.retain(|id, _| self.known.iter().any(|i| i.stream_id == *id));
+        let ids: HashSet<&str> = self.known.iter().map(|i| i.stream_id.as_str()).collect();
+        seen.retain(|id, _| ids.contains(id.as_str()));
         for item in &self.known {
             let state = ItemState::of(item);
             match seen.get(&item.stream_id) {
@@ -270,7 +288,8 @@ impl Supervision {
         for owner in &forget_draining {
             self.draining_owners.remove(owner);
         }
-        let bids: Vec<Bid> = self
+        let census = self.census(now_ms);
+        let mut bids: Vec<Bid> = self
             .bids
             .iter()
             // This worker's own bids too: a stream released in answer to one is taken at once.
@@ -280,11 +299,32 @@ impl Supervision {
         self.forget_lapsed(now_ms);
         let mut leaving = self.draining_owners.clone();
         leaving.extend(self.lapsed_owners.keys().cloned());
+        if let Some(census) = &census {
+            // Bids the members announce that this worker's segments do not show.
+            for bid in &census.bids {
+                if !bids
+                    .iter()
+                    .any(|b| b.stream_id == bid.stream_id && b.at >= bid.at)
+                {
+                    bids.retain(|b| b.stream_id != bid.stream_id);
+                    bids.push(bid.clone());
+                }
+            }
+            leaving.extend(census.draining.iter().cloned());
+        }
         let limits = self.limits();
         let unchanged = self.unchanged(now);
         let view = self.planned_view();
         let plan = plan::plan(
-            &view, &bids, &leaving, &me, &owned_set, &unchanged, now_ms, limits,
+            &view,
+            &bids,
+            &leaving,
+            &me,
+            &owned_set,
+            &unchanged,
+            now_ms,
+            limits,
+            census.as_ref(),
         );
         for owner in &plan.lapsed {
             self.lapsed_owners.entry(owner.clone()).or_insert(now_ms);
@@ -304,7 +344,7 @@ impl Supervision {
             .filter(|i| i.owner_id.is_none() || i.lease_expires_at.is_none_or(|t| t < cutoff))
             .count();
         let gauges = Gauges {
-            table_streams: self.known.len(),
+            table_streams: census.as_ref().map_or(self.known.len(), |c| c.streams),
             live_owners: plan.live_owners,
             fair_share: plan.target,
             unowned,
@@ -357,8 +397,12 @@ impl Supervision {
         for (stream_id, _) in &release {
             self.hold_back(stream_id, now + cooldown);
         }
+        if let Some(stream) = &plan.bid {
+            self.my_bid = Some((stream.clone(), now_ms));
+        }
         Round {
             forget_draining,
+            forget_members: census.map(|c| c.forget).unwrap_or_default(),
             acquire,
             bid: plan.bid,
             release,
@@ -471,7 +515,12 @@ impl Supervision {
             &self.planned_view(),
             &self.me,
             owned,
-            &self.contenders,
+            // Segmented: nobody else watches this worker's segments.
+            if self.segmented() {
+                &[]
+            } else {
+                &self.contenders
+            },
             &self.unchanged(now),
             now_ms,
             self.limits(),
@@ -494,66 +543,6 @@ impl Supervision {
         self.next_watch_ms.filter(|_| self.settings.expiry_aware)
     }
 
-    /// What the scan timer's round should be.
-    pub fn scheduled(&self) -> Scheduled {
-        if self.view_rounds > 0 && self.view_rounds <= VIEW_ROUNDS {
-            Scheduled::View
-        } else {
-            Scheduled::Scan {
-                consistent: self.raced,
-            }
-        }
-    }
-
-    /// After a round on the last view: the time until the next scheduled round.
-    pub fn after_view_round(&mut self, hurry: bool) -> Duration {
-        if hurry && !self.raced && self.view_rounds < VIEW_ROUNDS {
-            self.view_rounds += 1;
-            return FAST_RESCAN.min(self.settings.scan);
-        }
-        self.view_rounds = 0;
-        self.rescan_delay(hurry)
-    }
-
-    /// After a scan round (or a failed scan, `hurry = false`): when hurrying only because the
-    /// round's cap left candidates (no race lost) and the scan saw other owners (so the share it
-    /// planned with is the fleet's, not a lone worker's), the next rounds reuse its view; after a
-    /// lost race, a fresh scan.
-    pub fn after_scan(&mut self, hurry: bool) -> Duration {
-        if hurry && !self.raced && self.live_owners > 1 {
-            self.view_rounds = 1;
-            return FAST_RESCAN.min(self.settings.scan);
-        }
-        self.view_rounds = 0;
-        self.rescan_delay(hurry)
-    }
-
-    /// After a round woken by a watched expiry: how soon the next scheduled round should come
-    /// (`None`: keep the schedule).
-    pub fn after_watch_round(&mut self, hurry: bool) -> Option<Duration> {
-        if !hurry {
-            return None;
-        }
-        if self.raced {
-            self.view_rounds = 0;
-            return Some(self.rescan_delay(true));
-        }
-        Some(FAST_RESCAN.min(self.settings.scan))
-    }
-
-    /// Until the next scan: the scan interval, or when hurrying, live owners × 2 × the last
-    /// scan's time (at least [`MIN_RESCAN`]): each worker's scans then take at most a
-    /// 1 / (2 × owners) share of the table's time, so all of them together at most half of it,
-    /// whatever the table's size. 120 streams: ~40 ms; 2,000 streams and 20 workers: ~2.5 s.
-    pub fn rescan_delay(&self, hurry: bool) -> Duration {
-        if !hurry {
-            return self.settings.scan;
-        }
-        MIN_RESCAN
-            .max(self.last_scan_took * self.live_owners.min(1000) as u32 * 2)
-            .min(self.settings.scan)
-    }
-
     /// A fleet signal read: its generation and the owners it names as draining.
     pub fn on_fleet_signal(&mut self, generation: u64, draining: Vec<String>) -> FleetRead {
         let first = self.fleet_generation.is_none();
@@ -567,30 +556,4 @@ impl Supervision {
             clear_own_mark,
         }
     }
-
-    /// Until the next fleet signal read: faster while some owner is draining, slower in a fleet
-    /// so large that its reads would make the signal a hot key ([`fleet_poll_for`]).
-    pub fn fleet_every(&self) -> Duration {
-        let base = if self.draining_owners.is_empty() {
-            self.settings.fleet_poll
-        } else {
-            self.settings.fleet_poll.min(FLEET_POLL_DRAINING)
-        };
-        fleet_poll_for(base, self.contenders.len() + 1, self.settings.scan)
-    }
-}
-
-/// The poll interval of one of `live_owners` workers scanning every `scan`: `base`, or longer
-/// when the item would be read more than [`FLEET_READS_PER_SECOND`] times a second, polls and
-/// scans together ([`lease_table::fleet_poll_budget`]). 50 ms up to 49 workers, about 101 ms at
-/// 100, 1.11 s at 1,000 (scan 10 s): a handoff is noticed that much later in a large fleet.
-pub fn fleet_poll_for(base: Duration, live_owners: usize, scan: Duration) -> Duration {
-    let owners = live_owners.max(1) as f64;
-    let polls = lease_table::fleet_poll_budget(owners, scan.as_secs_f64());
-    base.max(Duration::from_secs_f64(owners / polls))
-}
-
-/// `base` ± 10 % (`unit` in `[0, 1)`), so that workers started together do not act in lockstep.
-pub fn jittered(base: Duration, unit: f64) -> Duration {
-    base.mul_f64(0.9 + 0.2 * unit.clamp(0.0, 1.0))
 }

@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use super::census::Census;
 use lease_table::LeaseItem;
 
 /// A starved worker's bid on a held stream, as read from the table.
@@ -115,6 +116,7 @@ pub fn plan(
     unchanged: &Unchanged,
     now_ms: i64,
     limits: PlanLimits,
+    census: Option<&Census>,
 ) -> Plan {
     let mut live: HashSet<&str> = HashSet::new();
     let mut dead: HashSet<&str> = HashSet::new();
@@ -164,6 +166,11 @@ pub fn plan(
             }
         }
     }
+    // Segmented discovery: the membership table names the live owners, most of whose streams
+    // this worker's segments do not show.
+    if let Some(census) = census {
+        live.extend(census.live.iter().map(String::as_str));
+    }
     live.retain(|owner| !dead.contains(owner) && !leaving.contains(*owner));
     live.extend(
         bids.iter()
@@ -183,18 +190,20 @@ pub fn plan(
         }
     }
     let live_owners = live.len() + 1;
-    let target = items.len().div_ceil(live_owners).min(limits.max_streams);
+    let streams = census.map_or(items.len(), |c| c.streams);
+    let target = streams.div_ceil(live_owners).min(limits.max_streams);
+    // How many streams an owner runs: as the membership table says when it says, else as seen.
+    let count = |owner: &str| {
+        census
+            .and_then(|c| c.held.get(owner).copied())
+            .unwrap_or_else(|| held_by.get(owner).map_or(0, Vec::len))
+    };
     // Who is first in line for each freed stream: a worker already at its share holds no
-    // place (see [`Lines`]).
+    // place (see [`Lines`]). With segments, the others do not see this worker's segment: it
+    // is alone in every line.
     let freed: Vec<&str> = contested.iter().map(|(id, _)| *id).collect();
-    let lines = Lines::new(
-        me,
-        owned.len(),
-        &contenders,
-        |o| held_by.get(o).map_or(0, Vec::len),
-        target,
-        freed,
-    );
+    let line_others: &[&str] = if census.is_some() { &[] } else { &contenders };
+    let lines = Lines::new(me, owned.len(), line_others, &count, target, freed);
     let mut place: HashMap<&str, usize> = HashMap::new();
     for (id, base) in contested {
         let position = lines.place(id);
@@ -207,7 +216,13 @@ pub fn plan(
     // The streams this worker is first in line for come first, so its room goes where the
     // other watchers expect it to.
     candidates.sort_by_key(|id| (place.get(id).copied().unwrap_or(0), rank(me, id), *id));
-    let room = target.saturating_sub(owned.len()).min(limits.per_round);
+    // With segments, a stream that expired or was freed in this worker's own segment may be
+    // seen by nobody else for many intervals (a rotating reader sees it once, too briefly for
+    // the quiet time of an expired lease): the owner of the segment takes it up to one above
+    // the share, which is still no reason to shed (only more than one above is), and bidders
+    // holding two fewer pull the extra one away.
+    let ceiling = if census.is_some() { target + 1 } else { target };
+    let room = ceiling.saturating_sub(owned.len()).min(limits.per_round);
     let acquire: Vec<String> = candidates
         .iter()
         .take(room)
@@ -235,7 +250,7 @@ pub fn plan(
         .collect();
     on_mine.sort_by(|x, y| (x.at, &x.stream_id).cmp(&(y.at, &y.stream_id)));
     for bid in on_mine {
-        let theirs = held_by.get(bid.bidder.as_str()).map_or(0, Vec::len);
+        let theirs = count(bid.bidder.as_str());
         if shed.len() >= limits.per_round
             || answered.contains(bid.bidder.as_str())
             || shed.contains(&bid.stream_id)
@@ -259,16 +274,16 @@ pub fn plan(
     if owned.len() < target && acquire.is_empty() && deferred == 0 && !freeing {
         let busiest = held_by
             .iter()
-            .filter(|(owner, streams)| {
+            .filter(|(owner, _)| {
                 **owner != me
                     && !dead.contains(*owner)
                     && !leaving.contains(**owner)
                     // More than one above us: taking one from them narrows the spread. A
                     // bar at `target` alone would leave a late worker starved whenever the
                     // early ones hold exactly their (too small a fleet's) share.
-                    && streams.len() > owned.len() + 1
+                    && count(owner) > owned.len() + 1
             })
-            .max_by_key(|(owner, streams)| (streams.len(), std::cmp::Reverse(**owner)));
+            .max_by_key(|(owner, _)| (count(owner), std::cmp::Reverse(**owner)));
         if let Some((_, streams)) = busiest {
             bid = streams
                 .iter()

@@ -85,6 +85,7 @@ fn a_draining_owner_is_not_counted_live_and_its_released_streams_are_taken() {
         &Unchanged::new(),
         now,
         limits(usize::MAX),
+        None,
     );
     // Alone with x gone, the whole table is this worker's share: both free streams now, and
     // x's held ones are watched, never bid on.
@@ -139,6 +140,7 @@ fn a_lapsed_owner_is_reported_and_stays_out_while_remembered() {
         &Unchanged::new(),
         now,
         limits(usize::MAX),
+        None,
     );
     assert_eq!(kept.live_owners, 2);
     assert_eq!(kept.target, 4);
@@ -166,6 +168,7 @@ fn a_bid_from_an_owner_whose_lease_lapsed_counts_for_nothing() {
         &Unchanged::new(),
         now,
         limits(usize::MAX),
+        None,
     );
     assert_eq!(p.live_owners, 1, "x's bid does not make it live");
     assert_eq!(p.target, 4);
@@ -184,6 +187,7 @@ fn plain(items: &[LeaseItem], owned: &HashSet<String>, now: i64) -> Plan {
         &Unchanged::new(),
         now,
         limits(usize::MAX),
+        None,
     )
 }
 
@@ -235,6 +239,7 @@ fn a_bid_from_a_worker_two_below_is_answered_and_only_then() {
             &Unchanged::new(),
             now,
             limits(usize::MAX),
+            None,
         )
     };
     let quiet = run(&items, &[]);
@@ -284,6 +289,7 @@ fn a_stream_handed_over_for_a_bid_goes_to_the_bidder() {
             &Unchanged::new(),
             now,
             limits(usize::MAX),
+            None,
         )
     };
     // "me" holds nothing: it would take the free stream, but it is b's.
@@ -311,6 +317,7 @@ fn a_stream_handed_over_for_a_bid_goes_to_the_bidder() {
         &Unchanged::new(),
         now,
         limits(usize::MAX),
+        None,
     );
     assert!(p.acquire.contains(&"x".to_string()), "{p:?}");
 }
@@ -481,7 +488,7 @@ proptest! {
             .map(|(i, _)| i.stream_id.clone())
             .collect();
         let l = limits(max);
-        let p = plan(&items, &[], &HashSet::new(), "me", &owned, &Unchanged::new(), now, l);
+        let p = plan(&items, &[], &HashSet::new(), "me", &owned, &Unchanged::new(), now, l, None);
         prop_assert!(p.target <= max);
         prop_assert!(p.acquire.len() <= l.per_round);
         prop_assert!(owned.len() + p.acquire.len() <= p.target.max(owned.len()));
@@ -521,7 +528,7 @@ proptest! {
                     .map(|i| i.stream_id.clone())
                     .collect();
                 let others: Vec<Bid> = bids.values().filter(|b| b.bidder != *me).cloned().collect();
-                let p = plan(&table, &others, &HashSet::new(), me, &owned, &Unchanged::new(), now, limits(usize::MAX));
+                let p = plan(&table, &others, &HashSet::new(), me, &owned, &Unchanged::new(), now, limits(usize::MAX), None);
                 prop_assert!(p.honoured.iter().all(|s| p.shed.contains(s)));
                 if let Some(stream_id) = p.bid {
                     last_bid = round;

@@ -93,6 +93,8 @@ pub struct Attempt {
 pub struct Round {
     /// Drained owners that hold and bid nothing any more: remove them from the fleet signal.
     pub forget_draining: Vec<String>,
+    /// Segmented discovery: members gone for long, to delete (owner, the expiry seen).
+    pub forget_members: Vec<(String, i64)>,
     /// Streams to try to acquire now.
     pub acquire: Vec<Attempt>,
     /// A held stream to bid on.

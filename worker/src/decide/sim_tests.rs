@@ -3,20 +3,21 @@
 //! (The real table is exercised by the process tests; this checks the decisions.)
 
 use super::*;
+use lease_table::members::Member;
 use lease_table::LeaseItem;
 use proptest::prelude::*;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 use tokio::time::Instant;
 
-const LEASE_MS: i64 = 3000;
-const RENEW_MS: i64 = 1000;
-const SKEW_MS: i64 = 200;
-const TICK_MS: i64 = 50;
+pub(super) const LEASE_MS: i64 = 3000;
+pub(super) const RENEW_MS: i64 = 1000;
+pub(super) const SKEW_MS: i64 = 200;
+pub(super) const TICK_MS: i64 = 50;
 
-struct SimWorker {
-    name: String,
-    core: Supervision,
+pub(super) struct SimWorker {
+    pub(super) name: String,
+    pub(super) core: Supervision,
     /// Streams it runs → (fence, releasing).
     owned: HashMap<String, (u64, bool)>,
     next_scan: i64,
@@ -25,23 +26,25 @@ struct SimWorker {
     started: bool,
 }
 
-struct Sim {
+pub(super) struct Sim {
     t0: Instant,
-    base_ms: i64,
-    now: i64,
+    pub(super) base_ms: i64,
+    pub(super) now: i64,
     table: Vec<LeaseItem>,
     bids: HashMap<String, Bid>,
-    workers: Vec<SimWorker>,
+    pub(super) workers: Vec<SimWorker>,
+    /// Segmented discovery: the membership table, by owner (`None`: full discovery).
+    pub(super) members: Option<HashMap<String, Member>>,
     /// (virtual ms, stream) of every acquisition.
     changes: Vec<(i64, String)>,
     /// The fleet signal: its generation and the draining owners.
     generation: u64,
-    draining: Vec<String>,
+    pub(super) draining: Vec<String>,
     /// Fleet-signal reads due: (virtual ms, worker).
     fleet_reads: Vec<(i64, usize)>,
 }
 
-fn settings() -> Settings {
+pub(super) fn settings() -> Settings {
     Settings {
         lease: Duration::from_millis(LEASE_MS as u64),
         renew: Duration::from_millis(RENEW_MS as u64),
@@ -54,7 +57,7 @@ fn settings() -> Settings {
 }
 
 impl Sim {
-    fn new(streams: usize, starts: &[i64]) -> Sim {
+    pub(super) fn new(streams: usize, starts: &[i64]) -> Sim {
         let table = (0..streams)
             .map(|i| LeaseItem {
                 stream_id: format!("s-{i:04}"),
@@ -84,6 +87,7 @@ impl Sim {
             table,
             bids: HashMap::new(),
             workers,
+            members: None,
             changes: Vec::new(),
             generation: 0,
             draining: Vec::new(),
@@ -129,11 +133,15 @@ impl Sim {
     fn round(&mut self, w: usize, scan: bool) -> bool {
         let (now_ms, now) = (self.ms(), self.instant());
         if scan {
-            let bids = self.bids.values().cloned().collect();
+            let bids: Vec<Bid> = self.bids.values().cloned().collect();
             let items = self.table.clone();
-            self.workers[w]
-                .core
-                .on_scan(items, bids, Duration::from_millis(5), now);
+            if self.members.is_some() {
+                self.segment_scan(w, items, bids);
+            } else {
+                self.workers[w]
+                    .core
+                    .on_scan(items, bids, Duration::from_millis(5), now);
+            }
         }
         let owned: HashMap<String, bool> = self.workers[w]
             .owned
@@ -165,6 +173,9 @@ impl Sim {
                 .iter()
                 .any(|i| i.stream_id == *stream && i.owner_id.as_deref().is_some_and(|o| o != me));
             if held_by_other {
+                if let Some(m) = self.members.as_mut().and_then(|m| m.get_mut(&me)) {
+                    m.bid = Some((stream.clone(), now_ms));
+                }
                 self.bids.insert(
                     stream.clone(),
                     Bid {
@@ -186,8 +197,48 @@ impl Sim {
             .finish_round(&round, raced, &owned, now_ms, now)
     }
 
+    /// Segmented discovery's scan for worker `w`: its heartbeat, the membership table, then
+    /// its own segment and the rotating one (segments by a hash of the stream id, as
+    /// DynamoDB's parallel scan splits by the hash of the key).
+    fn segment_scan(&mut self, w: usize, items: Vec<LeaseItem>, bids: Vec<Bid>) {
+        let (now_ms, now) = (self.ms(), self.instant());
+        let worker = &mut self.workers[w];
+        let members = self.members.as_mut().expect("segmented");
+        let entry = members.entry(worker.name.clone()).or_default();
+        *entry = Member {
+            owner_id: worker.name.clone(),
+            held: worker.owned.len(),
+            segment_items: worker.core.segment_count().0,
+            segments: worker.core.segment_count().1,
+            expires_at: now_ms + LEASE_MS,
+            bid: entry.bid.clone(),
+            draining: entry.draining,
+            ..Member::default()
+        };
+        worker.core.on_members(members.values().cloned().collect());
+        let (own, total, rotating) = worker.core.next_segments(now_ms);
+        let segment = |item: &LeaseItem| segment_of(&item.stream_id, total);
+        let own_items = items.iter().filter(|i| segment(i) == own).count();
+        let followed = worker.core.bid_to_follow(now_ms).map(|b| b.stream_id);
+        let seen: Vec<LeaseItem> = items
+            .into_iter()
+            .filter(|i| {
+                segment(i) == own
+                    || Some(segment(i)) == rotating
+                    || followed.as_deref() == Some(i.stream_id.as_str())
+            })
+            .collect();
+        let bids = bids
+            .into_iter()
+            .filter(|b| seen.iter().any(|i| i.stream_id == b.stream_id))
+            .collect();
+        worker
+            .core
+            .on_segment_scan(seen, bids, own_items, Duration::from_millis(5), now, now_ms);
+    }
+
     /// One tick: releases complete, renewals, then every due round.
-    fn tick(&mut self) {
+    pub(super) fn tick(&mut self) {
         let now_ms = self.ms();
         for w in 0..self.workers.len() {
             if !self.workers[w].alive
@@ -280,7 +331,7 @@ impl Sim {
         self.now += TICK_MS;
     }
 
-    fn run_until(&mut self, until: i64) {
+    pub(super) fn run_until(&mut self, until: i64) {
         while self.now < until {
             self.tick();
         }
@@ -288,7 +339,7 @@ impl Sim {
 
     /// `owner` releases `streams` (as a drain does): each freed now, the fleet signal bumped,
     /// and each live worker `w` reads it `reads[w]` ticks later.
-    fn release(&mut self, owner: &str, streams: &[String], reads: &[i64]) {
+    pub(super) fn release(&mut self, owner: &str, streams: &[String], reads: &[i64]) {
         let now_ms = self.ms();
         for item in &mut self.table {
             if streams.contains(&item.stream_id) && item.owner_id.as_deref() == Some(owner) {
@@ -307,7 +358,7 @@ impl Sim {
     }
 
     /// The streams `owner` holds in the table.
-    fn held_by(&self, owner: &str) -> Vec<&LeaseItem> {
+    pub(super) fn held_by(&self, owner: &str) -> Vec<&LeaseItem> {
         self.table
             .iter()
             .filter(|i| i.owner_id.as_deref() == Some(owner))
@@ -315,20 +366,20 @@ impl Sim {
     }
 
     /// When `stream` was first acquired at or after `since` (virtual ms).
-    fn taken_at(&self, stream: &str, since: i64) -> Option<i64> {
+    pub(super) fn taken_at(&self, stream: &str, since: i64) -> Option<i64> {
         self.changes
             .iter()
             .find(|(t, s)| *t >= since && s == stream)
             .map(|(t, _)| *t)
     }
 
-    fn kill(&mut self, w: usize) {
+    pub(super) fn kill(&mut self, w: usize) {
         self.workers[w].alive = false;
         self.workers[w].owned.clear();
     }
 
     /// Counts of streams per live worker, each validly held in the table.
-    fn shares(&self) -> Vec<usize> {
+    pub(super) fn shares(&self) -> Vec<usize> {
         let now = self.ms();
         self.workers
             .iter()
@@ -349,7 +400,11 @@ impl Sim {
             .collect()
     }
 
-    fn check_settled(&self, streams: usize, quiet_since: i64) -> Result<(), TestCaseError> {
+    pub(super) fn check_settled(
+        &self,
+        streams: usize,
+        quiet_since: i64,
+    ) -> Result<(), TestCaseError> {
         let shares = self.shares();
         prop_assert_eq!(
             shares.iter().sum::<usize>(),
@@ -369,67 +424,14 @@ impl Sim {
     }
 }
 
-/// Another process under this worker's own id (another `owner_instance`) is another owner: its
-/// live leases are left alone and reported; once dead they are taken by compare-and-swap on
-/// what was seen, since "already ours" does not cover another instance.
-#[test]
-fn another_instance_under_my_id_is_another_owner() {
-    let t0 = Instant::now();
-    let base = 1_800_000_000_000;
-    let held = |stream: &str, expires: i64| LeaseItem {
-        stream_id: stream.into(),
-        owner_id: Some("dup".into()),
-        owner_instance: Some("theirs".into()),
-        fence_token: Some(1),
-        lease_expires_at: Some(expires),
-        ..LeaseItem::default()
-    };
-    let free = LeaseItem {
-        stream_id: "s-3".into(),
-        ..LeaseItem::default()
-    };
-    let mut core = Supervision::new(settings(), "dup").with_instance("mine");
-    let items = vec![
-        held("s-1", base + LEASE_MS),
-        held("s-2", base + LEASE_MS),
-        free,
-    ];
-    core.on_scan(items, Vec::new(), Duration::from_millis(5), t0);
-    let round = core.round(&HashMap::new(), base, t0);
-    let ids: Vec<&str> = round.acquire.iter().map(|a| a.stream_id.as_str()).collect();
-    assert_eq!(
-        ids,
-        ["s-3"],
-        "the other instance's live leases are not ours"
-    );
-    assert_eq!(round.gauges.duplicate_owners, 1);
-    assert_eq!(round.gauges.live_owners, 2);
-
-    // Its leases lapse and stay unchanged: taken, each by a compare-and-swap on what was seen.
-    let later = t0 + Duration::from_millis(5_000);
-    let round = core.round(&HashMap::new(), base + 5_000, later);
-    for stream in ["s-1", "s-2"] {
-        let attempt = round
-            .acquire
-            .iter()
-            .find(|a| a.stream_id == stream)
-            .unwrap_or_else(|| panic!("{stream} taken once dead: {round:?}"));
-        let seen = attempt.seen.as_ref().expect("a compare-and-swap");
-        assert_eq!((seen.owner_id.as_str(), seen.fence_token), ("dup", 1));
+/// Which of `total` segments a stream falls in (FNV-1a of its id).
+fn segment_of(stream: &str, total: usize) -> usize {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in stream.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
-    assert_eq!(round.gauges.duplicate_owners, 0);
-
-    // Without an instance of its own (an older worker), items under its id are its own.
-    let mut old = Supervision::new(settings(), "dup");
-    old.on_scan(
-        vec![held("s-1", base + LEASE_MS)],
-        Vec::new(),
-        Duration::from_millis(5),
-        t0,
-    );
-    let round = old.round(&HashMap::new(), base, t0);
-    assert_eq!(round.acquire.len(), 1);
-    assert_eq!(round.acquire[0].seen, None);
+    (hash % total.max(1) as u64) as usize
 }
 
 #[test]
@@ -555,51 +557,4 @@ proptest! {
             );
         }
     }
-}
-
-/// A stream this worker lost (or whose acquire went unanswered) is not tried again while the
-/// table still shows it as the worker left it: a held write may yet land. Once the lease + skew
-/// have passed, or once the item shows a higher fence (the unanswered acquire landed, or someone
-/// else took it), it is a candidate again.
-#[test]
-fn a_stream_lost_unconfirmed_is_held_back_until_its_lease_has_passed() {
-    let t0 = Instant::now();
-    let base = 1_000_000;
-    let mine = |fence: u64| LeaseItem {
-        stream_id: "s-1".into(),
-        owner_id: Some("me".into()),
-        owner_instance: Some("i".into()),
-        fence_token: Some(fence),
-        lease_expires_at: Some(base + LEASE_MS),
-        ..LeaseItem::default()
-    };
-    let mut core = Supervision::new(settings(), "me").with_instance("i");
-    core.on_scan(vec![mine(4)], Vec::new(), Duration::from_millis(5), t0);
-    core.on_unconfirmed("s-1", t0);
-    let at = |ms: u64| t0 + Duration::from_millis(ms);
-    let round = core.round(&HashMap::new(), base + 100, at(100));
-    assert!(round.acquire.is_empty(), "held back: {round:?}");
-    let round = core.round(&HashMap::new(), base + 3_000, at(3_000));
-    assert!(
-        round.acquire.is_empty(),
-        "still inside lease + skew: {round:?}"
-    );
-    let round = core.round(
-        &HashMap::new(),
-        base + (LEASE_MS + SKEW_MS) + 1,
-        at((LEASE_MS + SKEW_MS) as u64 + 1),
-    );
-    assert_eq!(
-        round.acquire.len(),
-        1,
-        "taken back once its lease has passed"
-    );
-
-    // An unanswered acquire that landed: the next scan shows a higher fence; taken at once.
-    let mut core = Supervision::new(settings(), "me").with_instance("i");
-    core.on_scan(vec![mine(4)], Vec::new(), Duration::from_millis(5), t0);
-    core.on_unconfirmed("s-1", t0);
-    core.on_scan(vec![mine(5)], Vec::new(), Duration::from_millis(5), at(200));
-    let round = core.round(&HashMap::new(), base + 200, at(200));
-    assert_eq!(round.acquire.len(), 1, "landed: taken back at once");
 }

@@ -1,0 +1,242 @@
+//! The membership table (issue #20): one small item per worker, `<LEASE_TABLE>-members`, keyed
+//! by `owner_id`. With segmented discovery (`DISCOVERY=segmented`) every worker writes its own
+//! item once per scan interval (how many streams it holds, how many lease items its own segment
+//! held, a heartbeat expiry, whether it drains, its last bid) and reads the whole membership
+//! table instead of the whole lease table: live owners, their counts and the table's size come
+//! from here, so each worker needs to read only its segment of the lease table.
+//!
+//! Nothing here decides ownership: a membership item is a hint, like a scan. Leases are still
+//! taken only by the conditional writes of [`crate::ops`]. Keeping the members in a table of
+//! their own leaves the lease table holding streams and nothing else a stream-reading tool
+//! could mistake for one.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_dynamodb::Client;
+
+use crate::{Created, TableError};
+
+/// The membership table that goes with lease table `lease_table`.
+pub fn table_for(lease_table: &str) -> String {
+    format!("{lease_table}-members")
+}
+
+/// Attribute names of a membership item.
+pub mod member_attr {
+    /// The key: the worker's `OWNER_ID`.
+    pub const OWNER_ID: &str = "owner_id";
+    /// The writing process's instance id.
+    pub const INSTANCE: &str = "instance";
+    /// Streams it runs.
+    pub const HELD: &str = "held";
+    /// Lease items its last scan of its own segment held.
+    pub const SEGMENT_ITEMS: &str = "segment_items";
+    /// The number of segments (live members) it scanned with.
+    pub const SEGMENTS: &str = "segments";
+    /// Unix ms after which the member counts as gone (heartbeat + one lease).
+    pub const EXPIRES_AT: &str = "expires_at";
+    /// True from the start of its drain.
+    pub const DRAINING: &str = "draining";
+    /// The stream it last bid on, and when (Unix ms).
+    pub const BID_STREAM: &str = "bid_stream";
+    pub const BID_AT: &str = "bid_at";
+    /// Unix ms of the write.
+    pub const UPDATED_AT: &str = "updated_at";
+    /// Unix seconds at which DynamoDB's TTL (when enabled on the table) may delete a gone
+    /// member; workers also delete members gone for long ([`super::FORGET_AFTER_LEASES`]).
+    pub const TTL: &str = "ttl";
+}
+
+/// A member whose heartbeat expired this many leases ago is deleted by the first worker that
+/// sees it (crashed workers leave their item behind; ECS gives every task a new id).
+pub const FORGET_AFTER_LEASES: i64 = 10;
+
+/// One worker's membership item.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Member {
+    pub owner_id: String,
+    pub instance: String,
+    pub held: usize,
+    pub segment_items: usize,
+    pub segments: usize,
+    /// Unix ms.
+    pub expires_at: i64,
+    pub draining: bool,
+    /// (stream, Unix ms) of its last bid, while fresh.
+    pub bid: Option<(String, i64)>,
+}
+
+impl Member {
+    /// Reads a membership item; `None` for one without an owner id (not written by a worker).
+    /// Missing or malformed numbers read as 0: a member is a hint, and a bad one expires.
+    pub fn from_item(item: &HashMap<String, AttributeValue>) -> Option<Member> {
+        let text = |name: &str| match item.get(name) {
+            Some(AttributeValue::S(s)) => Some(s.clone()),
+            _ => None,
+        };
+        let number = |name: &str| match item.get(name) {
+            Some(AttributeValue::N(n)) => n.parse::<i64>().ok(),
+            _ => None,
+        };
+        let count = |name: &str| number(name).unwrap_or(0).max(0) as usize;
+        let bid = match (text(member_attr::BID_STREAM), number(member_attr::BID_AT)) {
+            (Some(stream), Some(at)) => Some((stream, at)),
+            _ => None,
+        };
+        Some(Member {
+            owner_id: text(member_attr::OWNER_ID)?,
+            instance: text(member_attr::INSTANCE).unwrap_or_default(),
+            held: count(member_attr::HELD),
+            segment_items: count(member_attr::SEGMENT_ITEMS),
+            segments: count(member_attr::SEGMENTS),
+            expires_at: number(member_attr::EXPIRES_AT).unwrap_or(0),
+            draining: matches!(
+                item.get(member_attr::DRAINING),
+                Some(AttributeValue::Bool(true))
+            ),
+            bid,
+        })
+    }
+}
+
+fn n(v: impl ToString) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+/// Writes `member` whole (one unconditional `UpdateItem`; a bid absent from it is removed).
+pub async fn heartbeat(
+    client: &Client,
+    table: &str,
+    member: &Member,
+    now_ms: i64,
+) -> Result<
+    (),
+    aws_sdk_dynamodb::error::SdkError<aws_sdk_dynamodb::operation::update_item::UpdateItemError>,
+> {
+    use member_attr::*;
+    let mut update = format!(
+        "SET {INSTANCE} = :i, {HELD} = :h, {SEGMENT_ITEMS} = :c, {SEGMENTS} = :l, \
+         {EXPIRES_AT} = :e, {DRAINING} = :d, {UPDATED_AT} = :now, #ttl = :ttl"
+    );
+    let mut request = client
+        .update_item()
+        .table_name(table)
+        .key(OWNER_ID, AttributeValue::S(member.owner_id.clone()))
+        .expression_attribute_names("#ttl", TTL)
+        .expression_attribute_values(":i", AttributeValue::S(member.instance.clone()))
+        .expression_attribute_values(":h", n(member.held))
+        .expression_attribute_values(":c", n(member.segment_items))
+        .expression_attribute_values(":l", n(member.segments))
+        .expression_attribute_values(":e", n(member.expires_at))
+        .expression_attribute_values(":d", AttributeValue::Bool(member.draining))
+        .expression_attribute_values(":now", n(now_ms))
+        .expression_attribute_values(":ttl", n(member.expires_at / 1000 + 86_400));
+    match &member.bid {
+        Some((stream, at)) => {
+            update.push_str(&format!(", {BID_STREAM} = :bs, {BID_AT} = :ba"));
+            request = request
+                .expression_attribute_values(":bs", AttributeValue::S(stream.clone()))
+                .expression_attribute_values(":ba", n(at));
+        }
+        None => update.push_str(&format!(" REMOVE {BID_STREAM}, {BID_AT}")),
+    }
+    request.update_expression(update).send().await.map(|_| ())
+}
+
+/// Deletes `owner_id`'s item if it still expires at `expires_at` (a member that came back and
+/// wrote again is kept). One conditional `DeleteItem`; a refused condition is not an error.
+pub async fn forget(
+    client: &Client,
+    table: &str,
+    owner_id: &str,
+    expires_at: i64,
+) -> Result<
+    (),
+    aws_sdk_dynamodb::error::SdkError<aws_sdk_dynamodb::operation::delete_item::DeleteItemError>,
+> {
+    let result = client
+        .delete_item()
+        .table_name(table)
+        .key(
+            member_attr::OWNER_ID,
+            AttributeValue::S(owner_id.to_string()),
+        )
+        .condition_expression("#e = :e")
+        .expression_attribute_names("#e", member_attr::EXPIRES_AT)
+        .expression_attribute_values(":e", n(expires_at))
+        .send()
+        .await;
+    match result {
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+        {
+            Ok(())
+        }
+        other => other.map(|_| ()),
+    }
+}
+
+/// Creates the membership table (`owner_id` S, on-demand) when it is missing and waits until it
+/// is ACTIVE. Never alters an existing table.
+pub async fn create_table(client: &Client, table: &str) -> Result<Created, TableError> {
+    crate::create_keyed_table(client, table, member_attr::OWNER_ID).await
+}
+
+/// Reads every membership item (paginated, consistent), sorted by owner id.
+pub async fn scan(client: &Client, table: &str) -> Result<Vec<Member>, TableError> {
+    let mut members = Vec::new();
+    let mut start_key = None;
+    loop {
+        let page = client
+            .scan()
+            .table_name(table)
+            .consistent_read(true)
+            .set_exclusive_start_key(start_key)
+            .send()
+            .await
+            .map_err(|e| TableError::dynamo("Scan", table, e))?;
+        members.extend(page.items().iter().filter_map(Member::from_item));
+        match page.last_evaluated_key() {
+            Some(key) if !key.is_empty() => start_key = Some(key.clone()),
+            _ => break,
+        }
+    }
+    members.sort_by(|a, b| a.owner_id.cmp(&b.owner_id));
+    Ok(members)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_member_reads_back_and_a_bad_one_is_a_hint() {
+        let item: HashMap<String, AttributeValue> = [
+            ("owner_id", AttributeValue::S("w-1".into())),
+            ("held", n(7)),
+            ("segment_items", n(40)),
+            ("segments", n(3)),
+            ("expires_at", n(1_000)),
+            ("draining", AttributeValue::Bool(true)),
+            ("bid_stream", AttributeValue::S("s-9".into())),
+            ("bid_at", n(900)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let m = Member::from_item(&item).unwrap();
+        assert_eq!((m.held, m.segment_items, m.segments), (7, 40, 3));
+        assert!(m.draining);
+        assert_eq!(m.bid, Some(("s-9".into(), 900)));
+        let mut bad = item.clone();
+        bad.insert("held".into(), AttributeValue::S("many".into()));
+        bad.insert("segment_items".into(), n(-4));
+        let m = Member::from_item(&bad).unwrap();
+        assert_eq!((m.held, m.segment_items), (0, 0));
+        bad.remove("owner_id");
+        assert_eq!(Member::from_item(&bad), None);
+        assert_eq!(table_for("websocket-leases"), "websocket-leases-members");
+    }
+}
