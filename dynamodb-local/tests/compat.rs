@@ -59,6 +59,14 @@ async fn matrix(client: &Client, endpoint: &str) -> Vec<(&'static str, Check)> {
         scan_pages(client).await,
     ));
     out.push((
+        "parallel Scan: 3 segments partition the table",
+        segments(client).await,
+    ));
+    out.push((
+        "membership: heartbeat (reserved words), scan, conditional delete",
+        membership(client).await,
+    ));
+    out.push((
         "DynamoDB Streams: DescribeStream, GetShardIterator, GetRecords",
         streams(client, endpoint).await,
     ));
@@ -271,6 +279,84 @@ async fn scan_pages(client: &Client) -> Check {
     } else {
         Err(format!("{} items in {pages} pages", ids.len()))
     }
+}
+
+/// Segmented discovery's reads: `Segment`/`TotalSegments` split the table into disjoint parts
+/// that cover it (a backend that ignores them returns the whole table to each: still correct
+/// for the worker, which only reads more; reported, not failed).
+async fn segments(client: &Client) -> Check {
+    let mut all = Vec::new();
+    for segment in 0..3 {
+        let page = client
+            .scan()
+            .table_name(TABLE)
+            .segment(segment)
+            .total_segments(3)
+            .send()
+            .await
+            .map_err(|e| lease_table::error_text(&e))?;
+        if page.last_evaluated_key().is_some_and(|k| !k.is_empty()) {
+            return Err("a segment of 26 items did not fit one page".into());
+        }
+        for item in page.items() {
+            if let Some(AttributeValue::S(id)) = item.get("stream_id") {
+                all.push(id.clone());
+            }
+        }
+    }
+    let distinct: HashSet<&String> = all.iter().collect();
+    match (distinct.len(), all.len()) {
+        (26, 26) => Ok("26 items, each in one segment".into()),
+        (26, 78) => Ok("segments ignored: every segment is the whole table".into()),
+        (d, n) => Err(format!("{d} distinct items in {n} reads")),
+    }
+}
+
+/// The membership table: a heartbeat (its attributes include reserved words), read back by a
+/// scan, a bid removed by the next heartbeat, and a delete conditioned on the expiry seen.
+async fn membership(client: &Client) -> Check {
+    use lease_table::members::{self, Member};
+    let table = members::table_for(TABLE);
+    members::create_table(client, &table).await.map_err(fail)?;
+    let mut member = Member {
+        owner_id: "w-1".into(),
+        instance: "i".into(),
+        held: 4,
+        segment_items: 9,
+        segments: 3,
+        expires_at: 5_000,
+        draining: false,
+        bid: Some(("s-01".into(), 4_000)),
+    };
+    members::heartbeat(client, &table, &member, 1_000)
+        .await
+        .map_err(|e| lease_table::error_text(&e))?;
+    let read = members::scan(client, &table).await.map_err(fail)?;
+    if read != [member.clone()] {
+        return Err(format!("wrote {member:?}, read {read:?}"));
+    }
+    member.bid = None;
+    member.expires_at = 6_000;
+    members::heartbeat(client, &table, &member, 2_000)
+        .await
+        .map_err(|e| lease_table::error_text(&e))?;
+    members::forget(client, &table, "w-1", 5_000)
+        .await
+        .map_err(|e| lease_table::error_text(&e))?;
+    let read = members::scan(client, &table).await.map_err(fail)?;
+    if read != [member.clone()] {
+        return Err(format!(
+            "bid not removed, or deleted despite a newer heartbeat: {read:?}"
+        ));
+    }
+    members::forget(client, &table, "w-1", 6_000)
+        .await
+        .map_err(|e| lease_table::error_text(&e))?;
+    let read = members::scan(client, &table).await.map_err(fail)?;
+    if !read.is_empty() {
+        return Err(format!("not deleted: {read:?}"));
+    }
+    Ok("written, read back, bid removed, deleted only as seen".into())
 }
 
 /// The Streams API by hand (JSON over HTTP), since the harness's SDK set has no streams client

@@ -105,6 +105,8 @@ fn n(v: impl ToString) -> AttributeValue {
 }
 
 /// Writes `member` whole (one unconditional `UpdateItem`; a bid absent from it is removed).
+/// Every attribute goes by an expression name: several (`segments`, `instance`, `ttl`) are
+/// DynamoDB reserved words.
 pub async fn heartbeat(
     client: &Client,
     table: &str,
@@ -115,31 +117,43 @@ pub async fn heartbeat(
     aws_sdk_dynamodb::error::SdkError<aws_sdk_dynamodb::operation::update_item::UpdateItemError>,
 > {
     use member_attr::*;
-    let mut update = format!(
-        "SET {INSTANCE} = :i, {HELD} = :h, {SEGMENT_ITEMS} = :c, {SEGMENTS} = :l, \
-         {EXPIRES_AT} = :e, {DRAINING} = :d, {UPDATED_AT} = :now, #ttl = :ttl"
-    );
+    let mut values: Vec<(&str, AttributeValue)> = vec![
+        (INSTANCE, AttributeValue::S(member.instance.clone())),
+        (HELD, n(member.held)),
+        (SEGMENT_ITEMS, n(member.segment_items)),
+        (SEGMENTS, n(member.segments)),
+        (EXPIRES_AT, n(member.expires_at)),
+        (DRAINING, AttributeValue::Bool(member.draining)),
+        (UPDATED_AT, n(now_ms)),
+        (TTL, n(member.expires_at / 1000 + 86_400)),
+    ];
+    let mut removed: Vec<&str> = Vec::new();
+    match &member.bid {
+        Some((stream, at)) => {
+            values.push((BID_STREAM, AttributeValue::S(stream.clone())));
+            values.push((BID_AT, n(at)));
+        }
+        None => removed.extend([BID_STREAM, BID_AT]),
+    }
     let mut request = client
         .update_item()
         .table_name(table)
-        .key(OWNER_ID, AttributeValue::S(member.owner_id.clone()))
-        .expression_attribute_names("#ttl", TTL)
-        .expression_attribute_values(":i", AttributeValue::S(member.instance.clone()))
-        .expression_attribute_values(":h", n(member.held))
-        .expression_attribute_values(":c", n(member.segment_items))
-        .expression_attribute_values(":l", n(member.segments))
-        .expression_attribute_values(":e", n(member.expires_at))
-        .expression_attribute_values(":d", AttributeValue::Bool(member.draining))
-        .expression_attribute_values(":now", n(now_ms))
-        .expression_attribute_values(":ttl", n(member.expires_at / 1000 + 86_400));
-    match &member.bid {
-        Some((stream, at)) => {
-            update.push_str(&format!(", {BID_STREAM} = :bs, {BID_AT} = :ba"));
-            request = request
-                .expression_attribute_values(":bs", AttributeValue::S(stream.clone()))
-                .expression_attribute_values(":ba", n(at));
-        }
-        None => update.push_str(&format!(" REMOVE {BID_STREAM}, {BID_AT}")),
+        .key(OWNER_ID, AttributeValue::S(member.owner_id.clone()));
+    let mut sets = Vec::new();
+    for (i, (name, value)) in values.into_iter().enumerate() {
+        sets.push(format!("#a{i} = :v{i}"));
+        request = request
+            .expression_attribute_names(format!("#a{i}"), name)
+            .expression_attribute_values(format!(":v{i}"), value);
+    }
+    let mut update = format!("SET {}", sets.join(", "));
+    let mut names = Vec::new();
+    for (i, name) in removed.into_iter().enumerate() {
+        names.push(format!("#r{i}"));
+        request = request.expression_attribute_names(format!("#r{i}"), name);
+    }
+    if !names.is_empty() {
+        update.push_str(&format!(" REMOVE {}", names.join(", ")));
     }
     request.update_expression(update).send().await.map(|_| ())
 }

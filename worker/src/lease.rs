@@ -452,7 +452,7 @@ impl LeaseTable {
                     op: "member_put",
                     stream_id: String::new(),
                     kind: ops::error_kind(e.code()),
-                    message: aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string(),
+                    message: lease_table::error_text(&e),
                 })
         };
         self.timed("member_put", timeout, call).await.map(|_| ())
@@ -477,7 +477,7 @@ impl LeaseTable {
                     op: "member_delete",
                     stream_id: String::new(),
                     kind: ops::error_kind(e.code()),
-                    message: aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string(),
+                    message: lease_table::error_text(&e),
                 })
         };
         self.timed("member_delete", timeout, call).await.map(|_| ())

@@ -336,7 +336,7 @@ async fn the_fleet_signal_counts_releases_tracks_draining_owners_and_is_never_a_
     let metrics = std::sync::Arc::new(lease_worker::metrics::Metrics::new());
     let table = lease_worker::lease::LeaseTable::new(c.clone(), TABLE, "w", metrics);
     let view = table
-        .scan(std::time::Duration::from_secs(5), true)
+        .scan(std::time::Duration::from_secs(5), true, None)
         .await
         .unwrap();
     let mut ids: Vec<&str> = view.items.iter().map(|i| i.stream_id.as_str()).collect();

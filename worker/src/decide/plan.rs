@@ -203,7 +203,7 @@ pub fn plan(
     // is alone in every line.
     let freed: Vec<&str> = contested.iter().map(|(id, _)| *id).collect();
     let line_others: &[&str] = if census.is_some() { &[] } else { &contenders };
-    let lines = Lines::new(me, owned.len(), line_others, &count, target, freed);
+    let lines = Lines::new(me, owned.len(), line_others, count, target, freed);
     let mut place: HashMap<&str, usize> = HashMap::new();
     for (id, base) in contested {
         let position = lines.place(id);
