@@ -314,6 +314,15 @@ impl Supervision {
         }
         let limits = self.limits();
         let unchanged = self.unchanged(now);
+        let known = &self.known;
+        self.held_back.retain(|stream_id, (until, fence)| {
+            let taken_since = known
+                .iter()
+                .find(|i| i.stream_id == *stream_id)
+                .is_some_and(|i| i.fence_token.unwrap_or(0) > *fence);
+            now < *until && !taken_since
+        });
+        let held_back: HashSet<String> = self.held_back.keys().cloned().collect();
         let view = self.planned_view();
         let plan = plan::plan(
             &view,
@@ -321,6 +330,7 @@ impl Supervision {
             &leaving,
             &me,
             &owned_set,
+            &held_back,
             &unchanged,
             now_ms,
             limits,
@@ -351,14 +361,6 @@ impl Supervision {
             duplicate_owners,
         };
 
-        let known = &self.known;
-        self.held_back.retain(|stream_id, (until, fence)| {
-            let taken_since = known
-                .iter()
-                .find(|i| i.stream_id == *stream_id)
-                .is_some_and(|i| i.fence_token.unwrap_or(0) > *fence);
-            now < *until && !taken_since
-        });
         let acquire: Vec<Attempt> = plan
             .acquire
             .into_iter()
@@ -409,6 +411,7 @@ impl Supervision {
             gauges,
             target: plan.target,
             deferred: plan.deferred,
+            lined_up_with: owned_set.len(),
         }
     }
 
@@ -511,10 +514,20 @@ impl Supervision {
         now_ms: i64,
         now: Instant,
     ) -> bool {
+        // The streams this round releases are as good as gone: counted, this worker would
+        // look full and set no wake for a stream just freed (found by the fleet simulation: a
+        // worker answering a bid while a drain freed streams took its last one a scan later).
+        let keeps: HashSet<String> = owned
+            .iter()
+            .filter(|s| !round.release.iter().any(|(r, _)| r == *s))
+            .cloned()
+            .collect();
+        let owned = &keeps;
         self.next_watch_ms = plan::next_watch(
             &self.planned_view(),
             &self.me,
             owned,
+            round.lined_up_with,
             // Segmented: nobody else watches this worker's segments.
             if self.segmented() {
                 &[]

@@ -93,8 +93,9 @@ pub struct Plan {
 /// the remaining share), or remembered from an earlier view's `lapsed`; plus
 /// workers with a fresh bid (`bids`: the caller passes only fresh bids, this worker's own
 /// included), plus `me`. Candidates are free items, expired ones, and items naming `me` that
-/// this process does not run. They are ordered by a hash of `(me, stream)` so that workers
-/// prefer different streams and contend less.
+/// this process does not run, except those `held_back` (just released or left unconfirmed:
+/// not taken back for a while, see `Supervision::on_unconfirmed`). They are ordered by a hash
+/// of `(me, stream)` so that workers prefer different streams and contend less.
 ///
 /// A stream released in answer to a bid (free, written within [`HERD_RECENT_MS`], with a bid
 /// older than the release) belongs to its bidder: the bidder takes it at once, the others leave
@@ -113,6 +114,7 @@ pub fn plan(
     leaving: &HashSet<String>,
     me: &str,
     owned: &HashSet<String>,
+    held_back: &HashSet<String>,
     unchanged: &Unchanged,
     now_ms: i64,
     limits: PlanLimits,
@@ -130,7 +132,10 @@ pub fn plan(
     let mut reserved: Vec<(&str, &str, i64)> = Vec::new();
     for item in items {
         let id = item.stream_id.as_str();
-        if owned.contains(id) {
+        // A held-back stream is no candidate: filtered out after the plan, it took room a
+        // stream just freed needed (found by the fleet simulation: a worker that had answered
+        // a bid kept picking the stream it handed over, and took a drained stream a scan late).
+        if owned.contains(id) || held_back.contains(id) {
             continue;
         }
         match (&item.owner_id, item.lease_expires_at) {
@@ -313,10 +318,17 @@ pub fn plan(
 /// or taken, in their next scan), or, while it has room, a stream released moments ago (the
 /// release time plus the herd delay of its place in that stream's line). Computed again after
 /// an acquire round, whose refusals reveal leases renewed (or taken) since the scan.
+///
+/// `lined_up_with` is how many streams this worker ran when `plan` lined the released streams
+/// up: the lines are drawn again with that count, so each place `plan` left for later gets
+/// its wake. (Drawn with the count after the round's acquires, a place could come out first
+/// and due at once, and no wake was set.) `owned` leaves out the streams the round releases.
+#[allow(clippy::too_many_arguments)]
 pub fn next_watch(
     items: &[LeaseItem],
     me: &str,
     owned: &HashSet<String>,
+    lined_up_with: usize,
     contenders: &[String],
     unchanged: &Unchanged,
     now_ms: i64,
@@ -355,7 +367,7 @@ pub fn next_watch(
             .collect();
         let lines = Lines::new(
             me,
-            owned.len(),
+            lined_up_with,
             &contenders,
             |o| counts.get(o).copied().unwrap_or(0),
             target,

@@ -82,6 +82,7 @@ fn a_draining_owner_is_not_counted_live_and_its_released_streams_are_taken() {
         &draining,
         "me",
         &HashSet::new(),
+        &HashSet::new(),
         &Unchanged::new(),
         now,
         limits(usize::MAX),
@@ -137,6 +138,7 @@ fn a_lapsed_owner_is_reported_and_stays_out_while_remembered() {
         &leaving,
         "me",
         &owned,
+        &HashSet::new(),
         &Unchanged::new(),
         now,
         limits(usize::MAX),
@@ -165,6 +167,7 @@ fn a_bid_from_an_owner_whose_lease_lapsed_counts_for_nothing() {
         &HashSet::new(),
         "me",
         &owned,
+        &HashSet::new(),
         &Unchanged::new(),
         now,
         limits(usize::MAX),
@@ -184,6 +187,7 @@ fn plain(items: &[LeaseItem], owned: &HashSet<String>, now: i64) -> Plan {
         &HashSet::new(),
         "me",
         owned,
+        &HashSet::new(),
         &Unchanged::new(),
         now,
         limits(usize::MAX),
@@ -236,6 +240,7 @@ fn a_bid_from_a_worker_two_below_is_answered_and_only_then() {
             &HashSet::new(),
             "me",
             &owned,
+            &HashSet::new(),
             &Unchanged::new(),
             now,
             limits(usize::MAX),
@@ -286,6 +291,7 @@ fn a_stream_handed_over_for_a_bid_goes_to_the_bidder() {
             &HashSet::new(),
             me,
             &owned,
+            &HashSet::new(),
             &Unchanged::new(),
             now,
             limits(usize::MAX),
@@ -313,6 +319,7 @@ fn a_stream_handed_over_for_a_bid_goes_to_the_bidder() {
         &[fresh_bid],
         &leaving,
         "me",
+        &HashSet::new(),
         &HashSet::new(),
         &Unchanged::new(),
         now,
@@ -360,6 +367,7 @@ fn the_next_watch_is_the_earliest_future_expiry_of_others() {
             &items,
             "me",
             &owned,
+            owned.len(),
             &[],
             &Unchanged::new(),
             now,
@@ -372,6 +380,7 @@ fn the_next_watch_is_the_earliest_future_expiry_of_others() {
             &items,
             "me",
             &owned,
+            owned.len(),
             &[],
             &Unchanged::new(),
             now + 901,
@@ -384,6 +393,7 @@ fn the_next_watch_is_the_earliest_future_expiry_of_others() {
             &items,
             "me",
             &owned,
+            owned.len(),
             &[],
             &Unchanged::new(),
             now + 3_201,
@@ -426,6 +436,7 @@ fn a_just_released_stream_wakes_a_worker_with_room_at_its_place() {
             items,
             "me",
             owned,
+            owned.len(),
             &contenders,
             &Unchanged::new(),
             at,
@@ -488,7 +499,7 @@ proptest! {
             .map(|(i, _)| i.stream_id.clone())
             .collect();
         let l = limits(max);
-        let p = plan(&items, &[], &HashSet::new(), "me", &owned, &Unchanged::new(), now, l, None);
+        let p = plan(&items, &[], &HashSet::new(), "me", &owned, &HashSet::new(), &Unchanged::new(), now, l, None);
         prop_assert!(p.target <= max);
         prop_assert!(p.acquire.len() <= l.per_round);
         prop_assert!(owned.len() + p.acquire.len() <= p.target.max(owned.len()));
@@ -528,7 +539,7 @@ proptest! {
                     .map(|i| i.stream_id.clone())
                     .collect();
                 let others: Vec<Bid> = bids.values().filter(|b| b.bidder != *me).cloned().collect();
-                let p = plan(&table, &others, &HashSet::new(), me, &owned, &Unchanged::new(), now, limits(usize::MAX), None);
+                let p = plan(&table, &others, &HashSet::new(), me, &owned, &HashSet::new(), &Unchanged::new(), now, limits(usize::MAX), None);
                 prop_assert!(p.honoured.iter().all(|s| p.shed.contains(s)));
                 if let Some(stream_id) = p.bid {
                     last_bid = round;

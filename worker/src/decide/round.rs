@@ -105,6 +105,8 @@ pub struct Round {
     pub gauges: Gauges,
     pub(super) target: usize,
     pub(super) deferred: usize,
+    /// How many streams this worker ran when the plan was drawn.
+    pub(super) lined_up_with: usize,
 }
 
 /// Which kind of round the scan timer asks for.
