@@ -61,13 +61,25 @@ pub struct CostArgs {
     pub json: bool,
 }
 
-/// How workers discover streams, as priced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+/// How workers discover streams, as priced (and as `harness bench scale` runs them: the
+/// worker's `DISCOVERY`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Discovery {
     /// Every worker scans the whole lease table every scan interval (today's worker).
     Full,
     /// Two segments per worker per scan interval, plus a membership table.
     Segmented,
+}
+
+impl Discovery {
+    /// The worker's `DISCOVERY` value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Discovery::Full => "full",
+            Discovery::Segmented => "segmented",
+        }
+    }
 }
 
 /// Bytes of one worker's membership item (owner id, task ARN, held count, segment count,
@@ -143,12 +155,18 @@ impl Model {
         // Each worker's poll interval grows with the fleet, so that the whole fleet reads the
         // signal, polls and scans together, at most `FLEET_READS_PER_SECOND` times a second
         // (`lease_table::fleet_poll_budget`, as the worker's `fleet_poll_for`).
+        // Segmented: about two scans an interval read the signal's segment, as if the fleet's
+        // scans came W / 2 times further apart (the worker's `fleet_every`).
+        let w = workers as f64;
+        let scans_reading_signal = match self.discovery {
+            Discovery::Full => self.scan_seconds,
+            Discovery::Segmented => self.scan_seconds * w / 2.0,
+        };
         let fleet_reads_s = if self.fleet_poll_ms == 0 {
             0.0
         } else {
-            (workers as f64 * 1000.0 / self.fleet_poll_ms as f64).min(
-                lease_table::fleet_poll_budget(workers as f64, self.scan_seconds),
-            )
+            (w * 1000.0 / self.fleet_poll_ms as f64)
+                .min(lease_table::fleet_poll_budget(w, scans_reading_signal))
         };
         let fleet_rru_s = fleet_reads_s * 0.5;
         let month = |units_s: f64, price: f64| units_s * MONTH_SECONDS * price / 1e6;
@@ -172,10 +190,15 @@ impl Model {
             fleet_usd_month,
             member_usd_month,
             total_usd_month: renew_usd_month + discovery_usd_month,
-            // The fleet signal: read on its own, and read again by every worker's scan of the
-            // table it lives in (the lease table today, the membership table in the segmented
-            // design), as is every membership item.
-            hottest_item_reads_s: fleet_reads_s + workers as f64 / self.scan_seconds,
+            // The fleet signal: read on its own, and again by every worker's scan of the whole
+            // table (full) or by its segment's two readers an interval (segmented), where
+            // every membership item is read by every worker's scan.
+            hottest_item_reads_s: match self.discovery {
+                Discovery::Full => fleet_reads_s + w / self.scan_seconds,
+                Discovery::Segmented => {
+                    (fleet_reads_s + 2.0 / self.scan_seconds).max(w / self.scan_seconds)
+                }
+            },
             discovery_rru_per_stream_hour: if streams == 0 {
                 0.0
             } else {

@@ -170,12 +170,31 @@ fn quick_throughput_bench_writes_sane_files() {
 #[ignore = "takes about two minutes; CI runs it with --ignored"]
 fn quick_scale_bench_writes_sane_files() {
     let dir = tempfile::tempdir().unwrap();
-    let json = bench(&["scale"], dir.path());
+    let args = ["scale", "--discovery", "full,segmented", "--workers", "3"];
+    let json = bench(&args, dir.path());
     for file in ["scale.md", "scale.html"] {
         assert!(dir.path().join(file).is_file(), "{file} missing");
     }
     let rows = json["scale"].as_array().expect("scale list");
-    assert_eq!(rows.len(), 2, "one row per fleet size (2 and 4): {json}");
+    assert_eq!(rows.len(), 2, "one row per discovery at 3 workers: {json}");
+    let (full, segmented) = (&rows[0], &rows[1]);
+    assert_eq!(full["discovery"], "full", "{json}");
+    assert_eq!(segmented["discovery"], "segmented", "{json}");
+    // The segmented fleet ran segmented: its membership table answered (heartbeats, scans).
+    // (Its lease-table scans cost no less at 60 streams: a segment of 20 items costs the
+    // 0.5-unit minimum of a request, as the whole table does; the full bench compares them.)
+    let members = &segmented["member_units_per_stream_hour_by_api"];
+    assert!(
+        num(members, "UpdateItem") > 0.0 && num(members, "Scan") > 0.0,
+        "{segmented}"
+    );
+    assert!(
+        full["member_units_per_stream_hour_by_api"]
+            .as_object()
+            .unwrap()
+            .is_empty(),
+        "{full}"
+    );
     let lease_ms = num(&json["scale_config"], "lease_ms");
     let renew_s = num(&json["scale_config"], "renew_ms") / 1000.0;
     for row in rows {
@@ -222,8 +241,8 @@ fn quick_scale_bench_writes_sane_files() {
     let model = &json["cost_model"];
     assert!(!model["assumptions"].as_array().unwrap().is_empty());
     let priced = model["rows"].as_array().unwrap();
-    // The two measured sizes and the two default model sizes.
-    assert_eq!(priced.len(), 4, "{model}");
+    // The measured size and the two default model sizes, for each design.
+    assert_eq!(priced.len(), 6, "{model}");
     let large = priced.last().unwrap();
     assert_eq!(
         (num(large, "streams"), num(large, "workers")),

@@ -1,7 +1,9 @@
 //! What the worker's DynamoDB requests cost, in capacity units, counted as DynamoDB reports it:
 //! an SDK interceptor asks every `UpdateItem`, `Scan` and `GetItem` for its consumed capacity
 //! (`ReturnConsumedCapacity = TOTAL`, a few bytes more per answer) and adds the answer to
-//! `lease_worker_dynamodb_capacity_units_total{api, kind}`.
+//! `lease_worker_dynamodb_capacity_units_total{api, kind, table}` (`table`: `leases`, or
+//! `members` for the membership table of segmented discovery, whose reads grow with the fleet
+//! rather than with the streams — the scale bench prices the two apart).
 //!
 //! A refused conditional write is charged by DynamoDB (1 write unit for an item under 1 KB, as
 //! every lease item is) but its error does not say so: it is counted as 1 unit. Requests that
@@ -65,10 +67,23 @@ pub fn units(
     Some((api, kind, n))
 }
 
+/// The `table` label of an answer's units: `members` when it names `members_table`.
+pub fn table_label(
+    consumed: Option<&ConsumedCapacity>,
+    members_table: Option<&str>,
+) -> &'static str {
+    match (consumed.and_then(|c| c.table_name()), members_table) {
+        (Some(table), Some(members)) if table == members => "members",
+        _ => "leases",
+    }
+}
+
 /// The interceptor: asks for consumed capacity and counts it.
 #[derive(Clone)]
 pub struct CapacityMeter {
     metrics: Arc<Metrics>,
+    /// Segmented discovery's membership table (its units are labelled apart).
+    members_table: Option<String>,
 }
 
 impl std::fmt::Debug for CapacityMeter {
@@ -78,8 +93,11 @@ impl std::fmt::Debug for CapacityMeter {
 }
 
 impl CapacityMeter {
-    pub fn new(metrics: Arc<Metrics>) -> Self {
-        CapacityMeter { metrics }
+    pub fn new(metrics: Arc<Metrics>, members_table: Option<String>) -> Self {
+        CapacityMeter {
+            metrics,
+            members_table,
+        }
     }
 }
 
@@ -112,26 +130,29 @@ impl Intercept for CapacityMeter {
         _: &RuntimeComponents,
         _: &mut ConfigBag,
     ) -> Result<(), BoxError> {
+        let members = self.members_table.as_deref();
         let counted = match context.output_or_error() {
             Ok(out) => {
-                if let Some(o) = out.downcast_ref::<UpdateItemOutput>() {
-                    units("UpdateItem", o.consumed_capacity())
+                let (api, consumed) = if let Some(o) = out.downcast_ref::<UpdateItemOutput>() {
+                    ("UpdateItem", o.consumed_capacity())
                 } else if let Some(o) = out.downcast_ref::<ScanOutput>() {
-                    units("Scan", o.consumed_capacity())
+                    ("Scan", o.consumed_capacity())
                 } else if let Some(o) = out.downcast_ref::<GetItemOutput>() {
-                    units("GetItem", o.consumed_capacity())
+                    ("GetItem", o.consumed_capacity())
                 } else {
-                    None
-                }
+                    ("", None)
+                };
+                units(api, consumed).map(|u| (u, table_label(consumed, members)))
             }
+            // Only lease writes are conditional.
             Err(e) => e
                 .as_operation_error()
                 .and_then(|e| e.downcast_ref::<UpdateItemError>())
                 .filter(|e| e.is_conditional_check_failed_exception())
-                .map(|_| ("UpdateItem", Kind::Write, REFUSED_WRITE_UNITS)),
+                .map(|_| (("UpdateItem", Kind::Write, REFUSED_WRITE_UNITS), "leases")),
         };
-        if let Some((api, kind, n)) = counted {
-            self.metrics.capacity(api, kind.label(), n);
+        if let Some(((api, kind, n), table)) = counted {
+            self.metrics.capacity(api, kind.label(), table, n);
         }
         Ok(())
     }
@@ -158,5 +179,20 @@ mod tests {
             units("GetItem", Some(&ConsumedCapacity::builder().build())),
             None
         );
+    }
+
+    #[test]
+    fn the_membership_tables_units_are_labelled_apart() {
+        let on = |t: &str| {
+            ConsumedCapacity::builder()
+                .table_name(t)
+                .capacity_units(1.0)
+                .build()
+        };
+        let members = Some("leases-members");
+        assert_eq!(table_label(Some(&on("leases-members")), members), "members");
+        assert_eq!(table_label(Some(&on("leases")), members), "leases");
+        assert_eq!(table_label(Some(&on("leases-members")), None), "leases");
+        assert_eq!(table_label(None, members), "leases");
     }
 }

@@ -30,7 +30,8 @@ pub const DYNAMO_OPS: &[&str] = &[
     "fleet_read",
     "fleet_bump",
 ];
-/// The (api, kind) series of `lease_worker_dynamodb_capacity_units_total`, present at zero.
+/// The (api, kind) series of `lease_worker_dynamodb_capacity_units_total`, present at zero
+/// (on the lease table; the membership table's appear with its first answer).
 pub const CAPACITY_SERIES: &[(&str, &str)] = &[
     ("UpdateItem", "write"),
     ("Scan", "read"),
@@ -300,9 +301,11 @@ impl Metrics {
             }
         }
         for (api, kind) in CAPACITY_SERIES {
-            let _ = m
-                .dynamodb_capacity
-                .get_or_create(&labels(&[("api", api), ("kind", kind)]));
+            let _ = m.dynamodb_capacity.get_or_create(&labels(&[
+                ("api", api),
+                ("kind", kind),
+                ("table", "leases"),
+            ]));
         }
         for reason in LOST_REASONS {
             let _ = m.leases_lost.get_or_create(&labels(&[("reason", reason)]));
@@ -332,9 +335,9 @@ impl Metrics {
     }
 
     /// Adds `units` of capacity consumed by one `api` call.
-    pub fn capacity(&self, api: &'static str, kind: &'static str, units: f64) {
+    pub fn capacity(&self, api: &'static str, kind: &'static str, table: &'static str, units: f64) {
         self.dynamodb_capacity
-            .get_or_create(&labels(&[("api", api), ("kind", kind)]))
+            .get_or_create(&labels(&[("api", api), ("kind", kind), ("table", table)]))
             .inc_by(units);
     }
 

@@ -56,8 +56,12 @@ pub async fn dynamodb_client(config: &Config, metrics: Arc<Metrics>) -> aws_sdk_
         loader = loader.endpoint_url(endpoint);
     }
     let sdk = loader.load().await;
+    let members_table = match &config.discovery {
+        crate::config::Discovery::Segmented { members_table } => Some(members_table.clone()),
+        crate::config::Discovery::Full => None,
+    };
     let dynamodb = aws_sdk_dynamodb::config::Builder::from(&sdk)
-        .interceptor(CapacityMeter::new(metrics))
+        .interceptor(CapacityMeter::new(metrics, members_table))
         .build();
     aws_sdk_dynamodb::Client::from_conf(dynamodb)
 }

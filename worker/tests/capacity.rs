@@ -30,7 +30,7 @@ fn requests(text: &str, op: &str, outcome: &str) -> f64 {
 fn units(text: &str, api: &str, kind: &str) -> f64 {
     sample_of(
         text,
-        &format!(r#"lease_worker_dynamodb_capacity_units_total{{api="{api}",kind="{kind}"}}"#),
+        &format!(r#"lease_worker_dynamodb_capacity_units_total{{api="{api}",kind="{kind}",table="leases"}}"#),
     )
     .unwrap_or(-1.0)
 }

@@ -350,7 +350,9 @@ pub struct Counts {
     /// Capacity units DynamoDB reported, by `api` (`UpdateItem` are write units, `Scan` and
     /// `GetItem` read units: `lease_worker_dynamodb_capacity_units_total`).
     pub capacity: BTreeMap<String, f64>,
-    /// Whole-table discovery scans completed (`lease_worker_scans_total`).
+    /// Of which on the membership table of segmented discovery, by `api`.
+    pub member_capacity: BTreeMap<String, f64>,
+    /// Discovery scans completed (`lease_worker_scans_total`).
     pub scans: f64,
 }
 
@@ -364,6 +366,13 @@ impl Counts {
             }
             for (k, v) in metrics::sum_by_label(text, metrics::DYNAMODB_CAPACITY, "api") {
                 *c.capacity.entry(k).or_default() += v;
+            }
+            for api in ["UpdateItem", "Scan"] {
+                let filter = [("api", api), ("table", "members")];
+                let n = metrics::sum_where(text, metrics::DYNAMODB_CAPACITY, &filter);
+                if n > 0.0 {
+                    *c.member_capacity.entry(api.to_string()).or_default() += n;
+                }
             }
             c.scans += metrics::sum_by_label(text, metrics::SCANS, "")
                 .values()
@@ -382,6 +391,7 @@ impl Counts {
         Counts {
             requests: diff(&self.requests, &earlier.requests),
             capacity: diff(&self.capacity, &earlier.capacity),
+            member_capacity: diff(&self.member_capacity, &earlier.member_capacity),
             scans: self.scans - earlier.scans,
         }
     }

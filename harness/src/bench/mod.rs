@@ -14,6 +14,7 @@ pub mod logs;
 pub mod metrics;
 pub mod output;
 pub mod scale;
+mod scale_model;
 pub mod stats;
 pub mod takeover;
 pub mod throughput;
@@ -138,6 +139,10 @@ pub struct ScaleArgs {
     /// FLEET_POLL_MS given to the workers.
     #[arg(long, default_value_t = 50)]
     pub fleet_poll_ms: u64,
+    /// Discovery designs measured, comma-separated (`full`, `segmented`: the worker's
+    /// DISCOVERY), each at every fleet size, side by side in one run.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "full")]
+    pub discovery: Vec<crate::cost::Discovery>,
     /// Extra sizes the cost model prices, STREAMS:WORKERS, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "10000:100,100000:1000")]
     pub model: Vec<String>,
@@ -472,6 +477,11 @@ async fn scale_main(
         out: a.common.out.clone(),
         config: scale::ScaleConfig {
             streams: a.streams.unwrap_or(if quick { 60 } else { 2000 }).max(1),
+            discovery: {
+                let mut d = a.discovery.clone();
+                d.dedup();
+                d
+            },
             workers,
             rate: a.rate,
             lease_ms,

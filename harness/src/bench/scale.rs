@@ -18,17 +18,20 @@ use super::lab::{self, LabSpec, Window};
 use super::output::{dist, headers, html_start};
 use super::stats::{self, Dist, Kind, TakeoverRow};
 use super::takeover::{self, LabPlan};
+use crate::cost::Discovery;
 use crate::report::{html_escape, table_html, table_markdown, Cell, Table};
+
+pub use super::scale_model::{cost_model, cost_model_table, CostModel, CostModelRow};
 
 /// `SKEW_MARGIN_MS` given to the workers (part of the crash floor).
 const SKEW_MARGIN_MS: u64 = 200;
-/// Seconds in the 30-day month the cost model prices.
-const MONTH_SECONDS: f64 = 30.0 * 24.0 * 3600.0;
 
 /// What `harness bench scale` was asked to do.
 #[derive(Debug, Clone, Serialize)]
 pub struct ScaleConfig {
     pub streams: usize,
+    /// Discovery designs measured (`DISCOVERY`), each at every fleet size.
+    pub discovery: Vec<Discovery>,
     /// Fleet sizes, measured one after the other.
     pub workers: Vec<usize>,
     /// Events per second per stream.
@@ -63,16 +66,21 @@ pub struct ScaleOptions {
 /// One measured fleet size: `bench.json`'s `scale` entry (design §11).
 #[derive(Debug, Clone, Serialize)]
 pub struct ScaleRow {
+    pub discovery: Discovery,
     pub streams: usize,
     pub workers: usize,
     pub read_units_per_stream_hour: f64,
     pub write_units_per_stream_hour: f64,
     /// By `op` label (acquire, renew, scan pages, fleet_read, ...).
     pub requests_per_stream_hour: BTreeMap<String, f64>,
-    /// Capacity units by API (`Scan` and `GetItem` read, `UpdateItem` write).
+    /// Capacity units by API (`Scan` and `GetItem` read, `UpdateItem` write), both tables.
     pub units_per_stream_hour_by_api: BTreeMap<String, f64>,
-    /// Reads of the most-read item per second: every whole-table scan reads every item once,
-    /// and the fleet signal is also read on its own.
+    /// Of which on the membership table (segmented discovery), by API.
+    pub member_units_per_stream_hour_by_api: BTreeMap<String, f64>,
+    /// Reads of the most-read item per second. Full discovery: every scan reads every item,
+    /// and the fleet signal is also read on its own. Segmented: the fleet signal's segment is
+    /// read about twice per scan interval (by its owner and a rotating reader) besides its
+    /// polls, and every membership item once per scan of any worker.
     pub hottest_item_reads_per_s: f64,
     pub scans_per_s: f64,
     pub fleet_reads_per_s: f64,
@@ -89,30 +97,12 @@ pub struct ScaleRow {
     pub errors: Vec<String>,
 }
 
-/// One row of the cost model.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CostModelRow {
-    pub streams: u64,
-    pub workers: u64,
-    pub read_units_per_s: f64,
-    pub write_units_per_s: f64,
-    pub usd_per_month: f64,
-    /// Reads of the hottest item per second at this size.
-    pub hottest_item_reads_per_s: f64,
-}
-
-/// `bench.json`'s `cost_model`: the measured rates priced at any size, with what it assumes.
-#[derive(Debug, Clone, Serialize)]
-pub struct CostModel {
-    pub assumptions: Vec<String>,
-    pub rows: Vec<CostModelRow>,
-}
-
 /// Everything the scale bench measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct ScaleBench {
     pub config: ScaleConfig,
     pub scale: Vec<ScaleRow>,
+    /// Priced from the largest fleet measured of each discovery.
     pub cost_model: Option<CostModel>,
     pub errors: Vec<String>,
     /// Crash takeovers before the lease the table held at the kill ran out (fails the bench).
@@ -122,6 +112,7 @@ pub struct ScaleBench {
 
 /// A fleet size's row from its quiet window and its takeover rows. Pure.
 pub fn row(
+    discovery: Discovery,
     streams: usize,
     workers: usize,
     window: &Window,
@@ -133,23 +124,29 @@ pub fn row(
     let per_s = |n: f64| n * 1000.0 / window.ms.max(1) as f64;
     let fleet_reads_per_s = per_s(c.requests.get("fleet_read").copied().unwrap_or(0.0));
     let scans_per_s = per_s(c.scans);
+    let hottest_item_reads_per_s = match discovery {
+        Discovery::Full => scans_per_s + fleet_reads_per_s,
+        Discovery::Segmented => {
+            let segment_reads = 2.0 * scans_per_s / workers.max(1) as f64;
+            (fleet_reads_per_s + segment_reads).max(scans_per_s)
+        }
+    };
+    let per_stream_hour = |m: &BTreeMap<String, f64>| -> BTreeMap<String, f64> {
+        m.iter()
+            .map(|(k, n)| (k.clone(), stats::per_stream_hour(*n, streams, window.ms)))
+            .collect()
+    };
     let of = |kind: Kind| takeovers.iter().find(|r| r.kind == kind);
     ScaleRow {
+        discovery,
         streams,
         workers,
         read_units_per_stream_hour: stats::per_stream_hour(c.read_units(), streams, window.ms),
         write_units_per_stream_hour: stats::per_stream_hour(c.write_units(), streams, window.ms),
-        requests_per_stream_hour: c
-            .requests
-            .iter()
-            .map(|(op, n)| (op.clone(), stats::per_stream_hour(*n, streams, window.ms)))
-            .collect(),
-        units_per_stream_hour_by_api: c
-            .capacity
-            .iter()
-            .map(|(api, n)| (api.clone(), stats::per_stream_hour(*n, streams, window.ms)))
-            .collect(),
-        hottest_item_reads_per_s: scans_per_s + fleet_reads_per_s,
+        requests_per_stream_hour: per_stream_hour(&c.requests),
+        units_per_stream_hour_by_api: per_stream_hour(&c.capacity),
+        member_units_per_stream_hour_by_api: per_stream_hour(&c.member_capacity),
+        hottest_item_reads_per_s,
         scans_per_s,
         fleet_reads_per_s,
         crash_overhead_ms: of(Kind::Crash)
@@ -165,102 +162,6 @@ pub fn row(
             / (window.ms.max(1) as f64 * cores.max(1) as f64),
         window_ms: window.ms,
         errors,
-    }
-}
-
-/// Prices the rates measured at the largest fleet at every size of `sizes`. Pure.
-///
-/// Per stream and second: write units (renewals; flat in W). Per stream, worker and second:
-/// scan read units (every worker scans the whole table). Fleet-signal reads follow the worker's
-/// budget — every FLEET_POLL_MS per worker, at most `FLEET_READS_PER_SECOND` for the fleet's
-/// polls and scans together (`lease_table::fleet_poll_budget`) — at
-/// the units per read measured.
-pub fn cost_model(
-    measured: &ScaleRow,
-    sizes: &[(u64, u64)],
-    fleet_poll_ms: u64,
-    write_price: f64,
-    read_price: f64,
-) -> CostModel {
-    let hour = |x: f64| x / 3600.0;
-    let write_per_stream_s = hour(measured.write_units_per_stream_hour);
-    let scan_units = measured
-        .units_per_stream_hour_by_api
-        .get("Scan")
-        .copied()
-        .unwrap_or(0.0);
-    let scan_per_stream_worker_s = hour(scan_units) / measured.workers.max(1) as f64;
-    let get_units = measured
-        .units_per_stream_hour_by_api
-        .get("GetItem")
-        .copied()
-        .unwrap_or(0.0);
-    let fleet_reads_per_stream_hour = measured
-        .requests_per_stream_hour
-        .get("fleet_read")
-        .copied()
-        .unwrap_or(0.0);
-    let units_per_fleet_read = if fleet_reads_per_stream_hour > 0.0 {
-        get_units / fleet_reads_per_stream_hour
-    } else {
-        0.5
-    };
-    let scans_per_worker_s = measured.scans_per_s / measured.workers.max(1) as f64;
-    let scan_seconds = if scans_per_worker_s > 0.0 {
-        1.0 / scans_per_worker_s
-    } else {
-        0.0
-    };
-    let budget = f64::from(lease_table::FLEET_READS_PER_SECOND);
-    let rows = sizes
-        .iter()
-        .map(|&(streams, workers)| {
-            let (n, w) = (streams as f64, workers as f64);
-            let fleet_reads = if fleet_poll_ms == 0 {
-                0.0
-            } else {
-                (w * 1000.0 / fleet_poll_ms as f64)
-                    .min(lease_table::fleet_poll_budget(w, scan_seconds))
-            };
-            let write_units_per_s = write_per_stream_s * n;
-            let read_units_per_s =
-                scan_per_stream_worker_s * n * w + fleet_reads * units_per_fleet_read;
-            CostModelRow {
-                streams,
-                workers,
-                read_units_per_s,
-                write_units_per_s,
-                usd_per_month: (write_units_per_s * write_price + read_units_per_s * read_price)
-                    * MONTH_SECONDS
-                    / 1e6,
-                hottest_item_reads_per_s: scans_per_worker_s * w + fleet_reads,
-            }
-        })
-        .collect();
-    CostModel {
-        assumptions: vec![
-            format!(
-                "rates measured at {} streams over {} workers in a {:.0} s quiet window",
-                measured.streams,
-                measured.workers,
-                measured.window_ms as f64 / 1000.0
-            ),
-            format!(
-                "write units {:.0} per stream-hour (renewals; flat in the fleet's size)",
-                measured.write_units_per_stream_hour
-            ),
-            format!(
-                "scan read units {:.2} per stream-hour per worker (every worker scans the whole table)",
-                scan_units / measured.workers.max(1) as f64
-            ),
-            format!(
-                "fleet signal: every {fleet_poll_ms} ms per worker, at most {budget:.0} reads/s for the fleet's polls and scans together, {units_per_fleet_read:.2} units per read"
-            ),
-            format!(
-                "on-demand ${write_price}/M write units, ${read_price}/M read units, 30-day month; checkpoints and takeovers left out"
-            ),
-        ],
-        rows,
     }
 }
 
@@ -284,17 +185,22 @@ pub async fn run(options: &ScaleOptions) -> anyhow::Result<ScaleBench> {
         interrupted: false,
     };
     let c = &options.config;
-    for &workers in &c.workers {
+    let sizes = c
+        .discovery
+        .iter()
+        .flat_map(|d| c.workers.iter().map(move |w| (*d, *w)));
+    for (discovery, workers) in sizes {
         if options.interrupt.is_set() {
             bench.interrupted = true;
             break;
         }
+        let label = format!("{workers} workers, {} discovery", discovery.name());
         eprintln!(
-            "bench scale: {} streams over {workers} workers, lease {} ms, renew {} ms",
+            "bench scale: {} streams over {label}, lease {} ms, renew {} ms",
             c.streams, c.lease_ms, c.renew_ms
         );
         let spec = LabSpec {
-            name: format!("scale-{}x{workers}", c.streams),
+            name: format!("scale-{}-{}x{workers}", discovery.name(), c.streams),
             lease_ms: c.lease_ms,
             renew_ms: c.renew_ms,
             skew_margin_ms: SKEW_MARGIN_MS,
@@ -308,6 +214,10 @@ pub async fn run(options: &ScaleOptions) -> anyhow::Result<ScaleBench> {
                 (
                     lease_protocol::settings::FLEET_POLL_MS.to_string(),
                     c.fleet_poll_ms.to_string(),
+                ),
+                (
+                    lease_protocol::settings::DISCOVERY.to_string(),
+                    discovery.name().to_string(),
                 ),
             ]),
             proxied: false,
@@ -334,12 +244,14 @@ pub async fn run(options: &ScaleOptions) -> anyhow::Result<ScaleBench> {
                 let tagged: Vec<_> = m
                     .samples
                     .iter()
-                    .map(|s| (c.lease_ms, format!("{workers} workers"), s.clone()))
+                    .map(|s| (c.lease_ms, label.clone(), s.clone()))
                     .collect();
                 bench
                     .violations
                     .extend(takeover::early_takeovers(&tagged, SKEW_MARGIN_MS));
-                let r = row(c.streams, workers, &m.window, &m.rows, cores, m.errors);
+                let r = row(
+                    discovery, c.streams, workers, &m.window, &m.rows, cores, m.errors,
+                );
                 eprintln!(
                     "  read units {:.1} / write units {:.1} per stream-hour, hottest item {:.0} reads/s, crash overhead p99 {} ms, handoff p99 {} ms",
                     r.read_units_per_stream_hour,
@@ -356,21 +268,23 @@ pub async fn run(options: &ScaleOptions) -> anyhow::Result<ScaleBench> {
             }
             Err(e) => {
                 // One fleet size failing (a warm-up this machine cannot finish) is a finding.
-                eprintln!("bench scale: {workers} workers: {e:#}");
-                bench.errors.push(format!("{workers} workers: {e:#}"));
+                eprintln!("bench scale: {label}: {e:#}");
+                bench.errors.push(format!("{label}: {e:#}"));
             }
         }
     }
     drop(ddb);
-    if let Some(largest) = bench.scale.iter().max_by_key(|r| r.workers) {
+    if !bench.scale.is_empty() {
         let mut sizes: Vec<(u64, u64)> = bench
             .scale
             .iter()
             .map(|r| (r.streams as u64, r.workers as u64))
             .collect();
+        sizes.sort_unstable();
+        sizes.dedup();
         sizes.extend(&c.model_sizes);
         bench.cost_model = Some(cost_model(
-            largest,
+            &bench.scale,
             &sizes,
             c.fleet_poll_ms,
             c.write_price,
@@ -388,11 +302,22 @@ pub fn scale_table(b: &ScaleBench) -> Table {
         .map(|r| -> Vec<Cell> {
             let by = |m: &BTreeMap<String, f64>, k: &str| m.get(k).copied().unwrap_or(0.0);
             vec![
+                r.discovery.name().into(),
                 r.streams.to_string().into(),
                 r.workers.to_string().into(),
                 format!("{:.1}", r.read_units_per_stream_hour).into(),
-                format!("{:.1}", by(&r.units_per_stream_hour_by_api, "Scan")).into(),
+                format!(
+                    "{:.1}",
+                    by(&r.units_per_stream_hour_by_api, "Scan")
+                        - by(&r.member_units_per_stream_hour_by_api, "Scan")
+                )
+                .into(),
                 format!("{:.1}", by(&r.units_per_stream_hour_by_api, "GetItem")).into(),
+                format!(
+                    "{:.1}",
+                    r.member_units_per_stream_hour_by_api.values().sum::<f64>()
+                )
+                .into(),
                 format!("{:.0}", r.write_units_per_stream_hour).into(),
                 format!("{:.0}", r.hottest_item_reads_per_s).into(),
                 format!("{} ({})", dist(&r.crash_overhead_ms), r.crash_samples).into(),
@@ -403,11 +328,13 @@ pub fn scale_table(b: &ScaleBench) -> Table {
         })
         .collect();
     let names = [
+        "discovery",
         "streams",
         "workers",
         "read units / stream-hour",
-        "of which scans",
+        "of which lease-table scans",
         "of which fleet signal",
+        "membership units / stream-hour",
         "write units / stream-hour",
         "hottest item reads/s",
         "crash overhead ms p50 / p99 / max (n)",
@@ -426,40 +353,6 @@ pub fn scale_table(b: &ScaleBench) -> Table {
             b.config.window_ms as f64 / 1000.0,
             b.config.runs
         )),
-        headers: headers(&names),
-        rows,
-        note: None,
-    }
-}
-
-/// The cost model in the report's table model.
-pub fn cost_model_table(m: &CostModel) -> Table {
-    let rows = m
-        .rows
-        .iter()
-        .map(|r| -> Vec<Cell> {
-            vec![
-                r.streams.to_string().into(),
-                r.workers.to_string().into(),
-                format!("{:.0}", r.read_units_per_s).into(),
-                format!("{:.0}", r.write_units_per_s).into(),
-                format!("{:.0}", r.hottest_item_reads_per_s).into(),
-                format!("{:.0}", r.usd_per_month).into(),
-            ]
-        })
-        .collect();
-    let names = [
-        "streams",
-        "workers",
-        "read units/s",
-        "write units/s",
-        "hottest item reads/s",
-        "USD / month",
-    ];
-    Table {
-        id: "cost-model",
-        title: "Cost model (measured rates, priced)".to_string(),
-        intro: Some(m.assumptions.join("; ")),
         headers: headers(&names),
         rows,
         note: None,

@@ -2,6 +2,8 @@
 
 use super::*;
 use crate::bench::lab::Counts;
+use crate::bench::scale_model::MONTH_SECONDS;
+use crate::cost::Discovery;
 
 fn window(workers: f64) -> Window {
     // 10 s, 1,000 streams: renewals every 10 s, one 49-unit scan per worker per 10 s, each
@@ -19,6 +21,7 @@ fn window(workers: f64) -> Window {
                 ("Scan".to_string(), 49.0 * workers),
                 ("GetItem".to_string(), 100.0 * workers),
             ]),
+            member_capacity: BTreeMap::new(),
             scans: workers,
         },
         harness_cpu_ms: 2_000,
@@ -28,7 +31,15 @@ fn window(workers: f64) -> Window {
 
 #[test]
 fn a_row_turns_counts_into_rates_per_stream_hour() {
-    let r = row(1_000, 10, &window(10.0), &[], 2, Vec::new());
+    let r = row(
+        Discovery::Full,
+        1_000,
+        10,
+        &window(10.0),
+        &[],
+        2,
+        Vec::new(),
+    );
     assert_eq!(r.write_units_per_stream_hour, 360.0);
     // (490 scan + 1,000 fleet units) over 1,000 streams in 10 s.
     assert!((r.read_units_per_stream_hour - 536.4).abs() < 1e-9, "{r:?}");
@@ -44,9 +55,17 @@ fn a_row_turns_counts_into_rates_per_stream_hour() {
 
 #[test]
 fn the_cost_model_grows_scans_with_workers_and_caps_the_fleet_signal() {
-    let measured = row(1_000, 10, &window(10.0), &[], 2, Vec::new());
+    let measured = row(
+        Discovery::Full,
+        1_000,
+        10,
+        &window(10.0),
+        &[],
+        2,
+        Vec::new(),
+    );
     let m = cost_model(
-        &measured,
+        &[measured],
         &[(1_000, 10), (100_000, 1_000)],
         50,
         0.625,
@@ -73,4 +92,79 @@ fn the_cost_model_grows_scans_with_workers_and_caps_the_fleet_signal() {
     let usd = (10_000.0 * 0.625 + 490_450.0 * 0.125) * MONTH_SECONDS / 1e6;
     assert!((large.usd_per_month - usd).abs() < 1e-6);
     assert!(m.assumptions.iter().any(|a| a.contains("1000 reads/s")));
+}
+
+/// A segmented fleet of 10 in 10 s over 1,000 streams: each worker scans two segments of 100
+/// items (about 5 units each), heartbeats once and reads the 10 members (0.5 units).
+fn segmented_window() -> Window {
+    Window {
+        ms: 10_000,
+        counts: Counts {
+            requests: BTreeMap::from([
+                ("renew".to_string(), 1_000.0),
+                ("scan".to_string(), 20.0),
+                ("member_scan".to_string(), 10.0),
+                ("member_put".to_string(), 10.0),
+                ("fleet_read".to_string(), 2_000.0),
+            ]),
+            capacity: BTreeMap::from([
+                ("UpdateItem".to_string(), 1_010.0),
+                ("Scan".to_string(), 105.0),
+                ("GetItem".to_string(), 1_000.0),
+            ]),
+            member_capacity: BTreeMap::from([
+                ("UpdateItem".to_string(), 10.0),
+                ("Scan".to_string(), 5.0),
+            ]),
+            scans: 10.0,
+        },
+        harness_cpu_ms: 1_000,
+        fleet_rss_bytes: 0,
+    }
+}
+
+#[test]
+fn segmented_scans_are_priced_per_stream_and_members_per_worker_squared() {
+    let measured = row(
+        Discovery::Segmented,
+        1_000,
+        10,
+        &segmented_window(),
+        &[],
+        2,
+        Vec::new(),
+    );
+    // The fleet signal's segment: its 200 polls a second plus 2 × (1 scan a second / 10).
+    assert!(
+        (measured.hottest_item_reads_per_s - 200.2).abs() < 1e-9,
+        "{measured:?}"
+    );
+    let m = cost_model(
+        &[measured],
+        &[(1_000, 10), (100_000, 1_000)],
+        50,
+        0.625,
+        0.125,
+    );
+    let small = &m.rows[0];
+    assert_eq!(small.discovery, Discovery::Segmented);
+    // Renewals 100 + heartbeats 1 a second; lease scans 10, members 0.5, fleet 100 units/s.
+    assert!((small.write_units_per_s - 101.0).abs() < 1e-9, "{small:?}");
+    assert!((small.read_units_per_s - 110.5).abs() < 1e-9, "{small:?}");
+    let large = &m.rows[1];
+    // 100× the streams: 100× the scans (not 10,000×); 100× the workers: 10,000× the
+    // membership reads; the fleet signal's polls get what two scans every 10 s leave of its
+    // 1,000 reads/s (999.8), 0.5 units each.
+    assert!((large.write_units_per_s - (10_000.0 + 100.0)).abs() < 1e-6);
+    assert!(
+        (large.read_units_per_s - (1_000.0 + 5_000.0 + 499.9)).abs() < 1e-6,
+        "{large:?}"
+    );
+    // A membership item is read by each of 1,000 workers' scans (one each 10 s): 100/s; the
+    // fleet signal 999.8 + 0.2: the budget, no more.
+    assert!(
+        (large.hottest_item_reads_per_s - 1_000.0).abs() < 1e-6,
+        "{large:?}"
+    );
+    assert!(m.assumptions.iter().any(|a| a.starts_with("segmented:")));
 }

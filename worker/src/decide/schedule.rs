@@ -76,14 +76,16 @@ impl Supervision {
         } else {
             self.settings.fleet_poll.min(FLEET_POLL_DRAINING)
         };
-        // Segmented discovery reads the signal's item in scans only when it lies in the
-        // segments read (about two workers an interval): the polls have the whole budget.
+        // Segmented discovery's scans read the signal's item only in its segment's reads,
+        // about two an interval for the whole fleet (its owner's and a rotating reader's): as
+        // if the fleet's scans came owners / 2 times further apart.
+        let owners = self.contenders.len() + 1;
         let scan = if self.segmented() {
-            Duration::ZERO
+            self.settings.scan.mul_f64(owners as f64 / 2.0)
         } else {
             self.settings.scan
         };
-        fleet_poll_for(base, self.contenders.len() + 1, scan)
+        fleet_poll_for(base, owners, scan)
     }
 }
 

@@ -1,0 +1,241 @@
+//! The scale bench's cost model: the rates measured at the largest fleet of each discovery
+//! design, priced at any fleet size. Pure.
+//!
+//! What grows with what, per design:
+//!
+//! - renewals: write units per stream, flat in the fleet's size (both designs);
+//! - scans of the lease table: per stream and worker with full discovery (every worker reads
+//!   the whole table), per stream alone with segmented discovery (the fleet reads each segment
+//!   about twice per interval, whatever its size);
+//! - the membership table (segmented only): one heartbeat write per worker per interval, and
+//!   every worker reads every member: per worker², small items;
+//! - the fleet signal: every `FLEET_POLL_MS` per worker, capped for the fleet
+//!   (`lease_table::fleet_poll_budget`: what the scans leave of `FLEET_READS_PER_SECOND`; with
+//!   segmented discovery only about two scans an interval read the signal's segment).
+
+use serde::Serialize;
+
+use super::output::headers;
+use super::scale::ScaleRow;
+use crate::cost::Discovery;
+use crate::report::{Cell, Table};
+
+/// Seconds in the 30-day month the cost model prices.
+pub const MONTH_SECONDS: f64 = 30.0 * 24.0 * 3600.0;
+
+/// One row of the cost model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CostModelRow {
+    pub discovery: Discovery,
+    pub streams: u64,
+    pub workers: u64,
+    pub read_units_per_s: f64,
+    pub write_units_per_s: f64,
+    pub usd_per_month: f64,
+    /// Reads of the hottest item per second at this size.
+    pub hottest_item_reads_per_s: f64,
+}
+
+/// `bench.json`'s `cost_model`: the measured rates priced at any size, with what it assumes.
+#[derive(Debug, Clone, Serialize)]
+pub struct CostModel {
+    pub assumptions: Vec<String>,
+    pub rows: Vec<CostModelRow>,
+}
+
+/// The rates of one measured row, per stream, worker or member and second.
+struct Rates {
+    discovery: Discovery,
+    renew_per_stream: f64,
+    scan_per_stream: f64,
+    member_write_per_worker: f64,
+    member_read_per_worker_member: f64,
+    units_per_fleet_read: f64,
+    scans_per_worker: f64,
+}
+
+impl Rates {
+    fn of(m: &ScaleRow) -> Rates {
+        let hour = |x: f64| x / 3600.0;
+        let get = |map: &std::collections::BTreeMap<String, f64>, k: &str| {
+            map.get(k).copied().unwrap_or(0.0)
+        };
+        let (api, members) = (
+            &m.units_per_stream_hour_by_api,
+            &m.member_units_per_stream_hour_by_api,
+        );
+        let w = m.workers.max(1) as f64;
+        let n = m.streams.max(1) as f64;
+        let lease_scan = hour(get(api, "Scan") - get(members, "Scan"));
+        let fleet_reads = get(&m.requests_per_stream_hour, "fleet_read");
+        Rates {
+            discovery: m.discovery,
+            renew_per_stream: hour(get(api, "UpdateItem") - get(members, "UpdateItem")),
+            scan_per_stream: match m.discovery {
+                Discovery::Full => lease_scan / w,
+                Discovery::Segmented => lease_scan,
+            },
+            member_write_per_worker: hour(get(members, "UpdateItem")) * n / w,
+            member_read_per_worker_member: hour(get(members, "Scan")) * n / (w * w),
+            units_per_fleet_read: if fleet_reads > 0.0 {
+                get(api, "GetItem") / fleet_reads
+            } else {
+                0.5
+            },
+            scans_per_worker: m.scans_per_s / w,
+        }
+    }
+
+    /// Fleet-signal reads per second of `w` workers polling every `fleet_poll_ms`.
+    fn fleet_reads(&self, w: f64, fleet_poll_ms: u64) -> f64 {
+        if fleet_poll_ms == 0 {
+            return 0.0;
+        }
+        let scan_seconds = if self.scans_per_worker > 0.0 {
+            1.0 / self.scans_per_worker
+        } else {
+            0.0
+        };
+        // Segmented: about two of the fleet's scans read the signal's segment an interval
+        // (the worker's `fleet_every`).
+        let scan_seconds = match self.discovery {
+            Discovery::Full => scan_seconds,
+            Discovery::Segmented => scan_seconds * w / 2.0,
+        };
+        (w * 1000.0 / fleet_poll_ms as f64).min(lease_table::fleet_poll_budget(w, scan_seconds))
+    }
+
+    fn price(&self, size: (u64, u64), fleet_poll_ms: u64, prices: (f64, f64)) -> CostModelRow {
+        let (n, w) = (size.0 as f64, size.1 as f64);
+        let fleet_reads = self.fleet_reads(w, fleet_poll_ms);
+        let scan_units = match self.discovery {
+            Discovery::Full => self.scan_per_stream * n * w,
+            Discovery::Segmented => self.scan_per_stream * n,
+        };
+        let write_units_per_s = self.renew_per_stream * n + self.member_write_per_worker * w;
+        let read_units_per_s = scan_units
+            + self.member_read_per_worker_member * w * w
+            + fleet_reads * self.units_per_fleet_read;
+        let hottest_item_reads_per_s = match self.discovery {
+            Discovery::Full => self.scans_per_worker * w + fleet_reads,
+            Discovery::Segmented => {
+                (fleet_reads + 2.0 * self.scans_per_worker).max(self.scans_per_worker * w)
+            }
+        };
+        CostModelRow {
+            discovery: self.discovery,
+            streams: size.0,
+            workers: size.1,
+            read_units_per_s,
+            write_units_per_s,
+            usd_per_month: (write_units_per_s * prices.0 + read_units_per_s * prices.1)
+                * MONTH_SECONDS
+                / 1e6,
+            hottest_item_reads_per_s,
+        }
+    }
+
+    fn assumptions(&self, m: &ScaleRow) -> Vec<String> {
+        let name = self.discovery.name();
+        let mut out = vec![
+            format!(
+                "{name}: rates measured at {} streams over {} workers in a {:.0} s quiet window",
+                m.streams,
+                m.workers,
+                m.window_ms as f64 / 1000.0
+            ),
+            format!(
+                "{name}: renewal write units {:.0} per stream-hour (flat in the fleet's size)",
+                self.renew_per_stream * 3600.0
+            ),
+        ];
+        out.push(match self.discovery {
+            Discovery::Full => format!(
+                "{name}: lease-table scan read units {:.2} per stream-hour per worker (every worker scans the whole table)",
+                self.scan_per_stream * 3600.0
+            ),
+            Discovery::Segmented => format!(
+                "{name}: lease-table scan read units {:.2} per stream-hour for the whole fleet (segments); membership: {:.1} write units per worker-hour, {:.3} read units per worker per member-hour",
+                self.scan_per_stream * 3600.0,
+                self.member_write_per_worker * 3600.0,
+                self.member_read_per_worker_member * 3600.0
+            ),
+        });
+        out
+    }
+}
+
+/// Prices the rates measured at the largest fleet of each discovery in `measured` at every
+/// size of `sizes`.
+pub fn cost_model(
+    measured: &[ScaleRow],
+    sizes: &[(u64, u64)],
+    fleet_poll_ms: u64,
+    write_price: f64,
+    read_price: f64,
+) -> CostModel {
+    let mut designs: Vec<Discovery> = measured.iter().map(|r| r.discovery).collect();
+    designs.dedup();
+    let mut assumptions = Vec::new();
+    let mut rows = Vec::new();
+    for d in designs {
+        let Some(largest) = measured
+            .iter()
+            .filter(|r| r.discovery == d)
+            .max_by_key(|r| r.workers)
+        else {
+            continue;
+        };
+        let rates = Rates::of(largest);
+        assumptions.extend(rates.assumptions(largest));
+        rows.extend(
+            sizes
+                .iter()
+                .map(|s| rates.price(*s, fleet_poll_ms, (write_price, read_price))),
+        );
+    }
+    assumptions.push(format!(
+        "fleet signal: every {fleet_poll_ms} ms per worker, at most {} reads/s for the fleet's polls and the scans that read it together",
+        lease_table::FLEET_READS_PER_SECOND
+    ));
+    assumptions.push(format!(
+        "on-demand ${write_price}/M write units, ${read_price}/M read units, 30-day month; checkpoints and takeovers left out"
+    ));
+    CostModel { assumptions, rows }
+}
+
+/// The cost model in the report's table model.
+pub fn cost_model_table(m: &CostModel) -> Table {
+    let rows = m
+        .rows
+        .iter()
+        .map(|r| -> Vec<Cell> {
+            vec![
+                r.discovery.name().into(),
+                r.streams.to_string().into(),
+                r.workers.to_string().into(),
+                format!("{:.0}", r.read_units_per_s).into(),
+                format!("{:.0}", r.write_units_per_s).into(),
+                format!("{:.0}", r.hottest_item_reads_per_s).into(),
+                format!("{:.0}", r.usd_per_month).into(),
+            ]
+        })
+        .collect();
+    let names = [
+        "discovery",
+        "streams",
+        "workers",
+        "read units/s",
+        "write units/s",
+        "hottest item reads/s",
+        "USD / month",
+    ];
+    Table {
+        id: "cost-model",
+        title: "Cost model (measured rates, priced)".to_string(),
+        intro: Some(m.assumptions.join("; ")),
+        headers: headers(&names),
+        rows,
+        note: None,
+    }
+}
