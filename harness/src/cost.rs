@@ -13,10 +13,10 @@
 //! takeover bench (`harness bench takeover`) measures the same counts on a real table.
 //!
 //! `--discovery segmented` prices the design argued in worker/README.md ("Discovery at scale")
-//! instead: a membership table (one small item per worker, written every renew interval and
-//! scanned by every worker every scan interval), and each worker scanning two segments of a
-//! parallel `Scan` of the lease table (its own, by rank, and one rotating), so that the fleet
-//! reads the table about twice per scan interval whatever its size.
+//! instead: a membership table (one small item per worker, written at each scan, at least half
+//! a renew interval apart, and scanned by every worker every scan interval), and each worker
+//! scanning two segments of a parallel `Scan` of the lease table (its own, by rank, and one
+//! rotating), so that the fleet reads the table about twice per scan interval whatever its size.
 
 use std::process::ExitCode;
 
@@ -63,7 +63,7 @@ pub struct CostArgs {
 
 /// How workers discover streams, as priced (and as `harness bench scale` runs them: the
 /// worker's `DISCOVERY`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Discovery {
     /// Every worker scans the whole lease table every scan interval (today's worker).
@@ -147,7 +147,9 @@ impl Model {
                 let members_rru = (workers * MEMBER_ITEM_BYTES).div_ceil(4096) as f64 * 0.5;
                 (
                     passes * scan_rru / self.scan_seconds,
-                    workers as f64 * MEMBER_ITEM_BYTES.div_ceil(1024) as f64 / self.renew_seconds,
+                    // A heartbeat at each scan, at least half a renew interval apart.
+                    workers as f64 * MEMBER_ITEM_BYTES.div_ceil(1024) as f64
+                        / self.scan_seconds.max(self.renew_seconds / 2.0),
                     workers as f64 * members_rru / self.scan_seconds,
                 )
             }

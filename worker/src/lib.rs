@@ -21,7 +21,7 @@ pub mod stream;
 pub mod write_gate;
 
 pub use config::{Cli, Config, ConfigError, RawConfig, ENV_VARS};
-pub use lease::DYNAMODB_ACTIONS;
+pub use lease::{DYNAMODB_ACTIONS, MEMBERS_DYNAMODB_ACTIONS};
 pub use run::{run, RunError, RunSummary};
 
 /// Installs the global `tracing` subscriber: human text, or one JSON object a line.

@@ -76,8 +76,7 @@ impl Membership {
         consistent: bool,
     ) -> Result<usize, CallError> {
         let began = Instant::now();
-        let half_renew = core.settings().renew / 2;
-        if self.last_beat.is_none_or(|at| at.elapsed() >= half_renew) {
+        if core.heartbeat_due(self.last_beat, began) {
             if let Err(e) = self.beat(table, core, held, false, page_timeout).await {
                 tracing::warn!(error = %e, "membership heartbeat failed");
             }

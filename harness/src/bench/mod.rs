@@ -479,6 +479,7 @@ async fn scale_main(
             streams: a.streams.unwrap_or(if quick { 60 } else { 2000 }).max(1),
             discovery: {
                 let mut d = a.discovery.clone();
+                d.sort_unstable();
                 d.dedup();
                 d
             },

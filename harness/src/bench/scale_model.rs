@@ -9,6 +9,9 @@
 //!   about twice per interval, whatever its size);
 //! - the membership table (segmented only): one heartbeat write per worker per interval, and
 //!   every worker reads every member: per worker², small items;
+//! - segmented reads are priced in 4 KB blocks (a segment of a few items still costs a whole
+//!   block, so rates measured on a small table would overprice a large one), calibrated by
+//!   what was measured at the largest fleet;
 //! - the fleet signal: every `FLEET_POLL_MS` per worker, capped for the fleet
 //!   (`lease_table::fleet_poll_budget`: what the scans leave of `FLEET_READS_PER_SECOND`; with
 //!   segmented discovery only about two scans an interval read the signal's segment).
@@ -43,13 +46,27 @@ pub struct CostModel {
     pub rows: Vec<CostModelRow>,
 }
 
+/// Bytes of a lease item as the model prices segment reads (as `harness cost`'s default).
+pub const ITEM_BYTES: f64 = 200.0;
+
+/// Read units per second of `w` workers each reading `per_read` bytes `reads_per_s` times a
+/// second, eventually consistent: half a unit per 4 KB block, at least one block a request.
+fn block_reads(w: f64, reads_per_s: f64, per_read: f64) -> f64 {
+    w * reads_per_s * (per_read / 4096.0).ceil().max(1.0) * 0.5
+}
+
 /// The rates of one measured row, per stream, worker or member and second.
 struct Rates {
     discovery: Discovery,
     renew_per_stream: f64,
+    /// Full: lease-table scan units per stream and worker.
     scan_per_stream: f64,
+    /// Segmented: measured lease-table scan units over what [`block_reads`] of 200-byte items
+    /// gives at the measured size (consistent rescans, real item sizes).
+    segment_calibration: f64,
     member_write_per_worker: f64,
-    member_read_per_worker_member: f64,
+    /// Measured membership read units over what [`block_reads`] of 150-byte members gives.
+    member_calibration: f64,
     units_per_fleet_read: f64,
     scans_per_worker: f64,
 }
@@ -60,30 +77,62 @@ impl Rates {
         let get = |map: &std::collections::BTreeMap<String, f64>, k: &str| {
             map.get(k).copied().unwrap_or(0.0)
         };
-        let (api, members) = (
+        let (api, members, requests) = (
             &m.units_per_stream_hour_by_api,
             &m.member_units_per_stream_hour_by_api,
+            &m.requests_per_stream_hour,
         );
         let w = m.workers.max(1) as f64;
         let n = m.streams.max(1) as f64;
+        let scans_per_worker = m.scans_per_s / w;
         let lease_scan = hour(get(api, "Scan") - get(members, "Scan"));
-        let fleet_reads = get(&m.requests_per_stream_hour, "fleet_read");
-        Rates {
+        let calibration = |measured: f64, modelled: f64| {
+            if modelled > 0.0 && measured > 0.0 {
+                measured / modelled
+            } else {
+                1.0
+            }
+        };
+        let mut rates = Rates {
             discovery: m.discovery,
             renew_per_stream: hour(get(api, "UpdateItem") - get(members, "UpdateItem")),
-            scan_per_stream: match m.discovery {
-                Discovery::Full => lease_scan / w,
-                Discovery::Segmented => lease_scan,
-            },
+            scan_per_stream: lease_scan / w,
+            segment_calibration: 1.0,
             member_write_per_worker: hour(get(members, "UpdateItem")) * n / w,
-            member_read_per_worker_member: hour(get(members, "Scan")) * n / (w * w),
-            units_per_fleet_read: if fleet_reads > 0.0 {
-                get(api, "GetItem") / fleet_reads
-            } else {
-                0.5
+            member_calibration: 1.0,
+            // The bidder's consistent reads of the stream it bid on (`get`, 1 unit each) are
+            // `GetItem`s too.
+            units_per_fleet_read: {
+                let fleet_reads = get(requests, "fleet_read");
+                if fleet_reads > 0.0 {
+                    (get(api, "GetItem") - get(requests, "get")).max(0.0) / fleet_reads
+                } else {
+                    0.5
+                }
             },
-            scans_per_worker: m.scans_per_s / w,
+            scans_per_worker,
+        };
+        if m.discovery == Discovery::Segmented {
+            rates.segment_calibration = calibration(lease_scan * n, rates.segment_reads(n, w));
+            rates.member_calibration =
+                calibration(hour(get(members, "Scan")) * n, rates.member_reads(w));
         }
+        rates
+    }
+
+    /// Segmented: the fleet's lease-table scan units per second at `n` streams over `w`
+    /// workers (each reads its own segment and one other, `n / w` items each), uncalibrated.
+    fn segment_reads(&self, n: f64, w: f64) -> f64 {
+        block_reads(w, self.scans_per_worker * w.min(2.0), n * ITEM_BYTES / w)
+    }
+
+    /// Segmented: the fleet's membership read units per second at `w` workers, uncalibrated.
+    fn member_reads(&self, w: f64) -> f64 {
+        block_reads(
+            w,
+            self.scans_per_worker,
+            w * crate::cost::MEMBER_ITEM_BYTES as f64,
+        )
     }
 
     /// Fleet-signal reads per second of `w` workers polling every `fleet_poll_ms`.
@@ -108,14 +157,15 @@ impl Rates {
     fn price(&self, size: (u64, u64), fleet_poll_ms: u64, prices: (f64, f64)) -> CostModelRow {
         let (n, w) = (size.0 as f64, size.1 as f64);
         let fleet_reads = self.fleet_reads(w, fleet_poll_ms);
-        let scan_units = match self.discovery {
-            Discovery::Full => self.scan_per_stream * n * w,
-            Discovery::Segmented => self.scan_per_stream * n,
+        let (scan_units, member_units) = match self.discovery {
+            Discovery::Full => (self.scan_per_stream * n * w, 0.0),
+            Discovery::Segmented => (
+                self.segment_reads(n, w) * self.segment_calibration,
+                self.member_reads(w) * self.member_calibration,
+            ),
         };
         let write_units_per_s = self.renew_per_stream * n + self.member_write_per_worker * w;
-        let read_units_per_s = scan_units
-            + self.member_read_per_worker_member * w * w
-            + fleet_reads * self.units_per_fleet_read;
+        let read_units_per_s = scan_units + member_units + fleet_reads * self.units_per_fleet_read;
         let hottest_item_reads_per_s = match self.discovery {
             Discovery::Full => self.scans_per_worker * w + fleet_reads,
             Discovery::Segmented => {
@@ -155,10 +205,11 @@ impl Rates {
                 self.scan_per_stream * 3600.0
             ),
             Discovery::Segmented => format!(
-                "{name}: lease-table scan read units {:.2} per stream-hour for the whole fleet (segments); membership: {:.1} write units per worker-hour, {:.3} read units per worker per member-hour",
-                self.scan_per_stream * 3600.0,
-                self.member_write_per_worker * 3600.0,
-                self.member_read_per_worker_member * 3600.0
+                "{name}: lease-table segments and the membership table priced as reads of 4 KB blocks ({ITEM_BYTES:.0}-byte items, {}-byte members, at least one block a request, 0.5 units each), times what the measurement showed over that ({:.2} for segments, {:.2} for members); membership writes {:.1} units per worker-hour",
+                crate::cost::MEMBER_ITEM_BYTES,
+                self.segment_calibration,
+                self.member_calibration,
+                self.member_write_per_worker * 3600.0
             ),
         });
         out
@@ -175,6 +226,7 @@ pub fn cost_model(
     read_price: f64,
 ) -> CostModel {
     let mut designs: Vec<Discovery> = measured.iter().map(|r| r.discovery).collect();
+    designs.sort_unstable();
     designs.dedup();
     let mut assumptions = Vec::new();
     let mut rows = Vec::new();

@@ -152,12 +152,15 @@ fn segmented_scans_are_priced_per_stream_and_members_per_worker_squared() {
     assert!((small.write_units_per_s - 101.0).abs() < 1e-9, "{small:?}");
     assert!((small.read_units_per_s - 110.5).abs() < 1e-9, "{small:?}");
     let large = &m.rows[1];
-    // 100× the streams: 100× the scans (not 10,000×); 100× the workers: 10,000× the
-    // membership reads; the fleet signal's polls get what two scans every 10 s leave of its
-    // 1,000 reads/s (999.8), 0.5 units each.
+    // Segments: measured 10 units/s where 2 block reads of 5 blocks (100 items of 200 bytes)
+    // per worker every 10 s give 5, so ×2; at 100× the streams and workers each segment still
+    // holds 100 items: 1,000 × 0.1 × 2 × 5 × 0.5 × 2 = 1,000 units/s (100× the scans, not
+    // 10,000×). Members: measured 0.5/s = 10 × 0.1 × 1 block × 0.5 (×1); at 1,000 workers a
+    // member read is 37 blocks: 1,000 × 0.1 × 37 × 0.5 = 1,850. The fleet signal's polls get
+    // what two scans every 10 s leave of its 1,000 reads/s (999.8), 0.5 units each.
     assert!((large.write_units_per_s - (10_000.0 + 100.0)).abs() < 1e-6);
     assert!(
-        (large.read_units_per_s - (1_000.0 + 5_000.0 + 499.9)).abs() < 1e-6,
+        (large.read_units_per_s - (1_000.0 + 1_850.0 + 499.9)).abs() < 1e-6,
         "{large:?}"
     );
     // A membership item is read by each of 1,000 workers' scans (one each 10 s): 100/s; the

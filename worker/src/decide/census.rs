@@ -223,6 +223,13 @@ impl Supervision {
     pub fn segment_count(&self) -> (usize, usize) {
         (self.segment_items, self.segments_scanned)
     }
+
+    /// Whether the membership heartbeat is due at `now`, the last written at `last_beat`: half
+    /// a renew interval later (a heartbeat expires a lease after it is written, so two are
+    /// missed before the others count this worker gone).
+    pub fn heartbeat_due(&self, last_beat: Option<Instant>, now: Instant) -> bool {
+        last_beat.is_none_or(|at| now.saturating_duration_since(at) >= self.settings.renew / 2)
+    }
 }
 
 #[cfg(test)]
@@ -239,6 +246,16 @@ mod tests {
             expires_at,
             ..Member::default()
         }
+    }
+
+    #[test]
+    fn the_heartbeat_is_due_first_and_every_half_renew_interval() {
+        let core = Supervision::new(super::super::sim_tests::settings(), "me");
+        let t0 = Instant::now();
+        let half = core.settings().renew / 2;
+        assert!(core.heartbeat_due(None, t0));
+        assert!(!core.heartbeat_due(Some(t0), t0 + half - Duration::from_millis(1)));
+        assert!(core.heartbeat_due(Some(t0), t0 + half));
     }
 
     #[test]

@@ -514,12 +514,13 @@ impl Supervision {
         now_ms: i64,
         now: Instant,
     ) -> bool {
-        // The streams this round releases are as good as gone: counted, this worker would
-        // look full and set no wake for a stream just freed (found by the fleet simulation: a
-        // worker answering a bid while a drain freed streams took its last one a scan later).
+        // The streams being released (this round's and earlier ones', all held back) are as
+        // good as gone, as in the plan's room: counted, this worker would look full and set no
+        // wake for a stream just freed (found by the fleet simulation: a worker answering a
+        // bid while a drain freed streams took its last one a scan later).
         let keeps: HashSet<String> = owned
             .iter()
-            .filter(|s| !round.release.iter().any(|(r, _)| r == *s))
+            .filter(|s| !self.held_back.contains_key(*s))
             .cloned()
             .collect();
         let owned = &keeps;

@@ -132,10 +132,7 @@ pub fn plan(
     let mut reserved: Vec<(&str, &str, i64)> = Vec::new();
     for item in items {
         let id = item.stream_id.as_str();
-        // A held-back stream is no candidate: filtered out after the plan, it took room a
-        // stream just freed needed (found by the fleet simulation: a worker that had answered
-        // a bid kept picking the stream it handed over, and took a drained stream a scan late).
-        if owned.contains(id) || held_back.contains(id) {
+        if owned.contains(id) {
             continue;
         }
         match (&item.owner_id, item.lease_expires_at) {
@@ -227,7 +224,14 @@ pub fn plan(
     // the share, which is still no reason to shed (only more than one above is), and bidders
     // holding two fewer pull the extra one away.
     let ceiling = if census.is_some() { target + 1 } else { target };
-    let room = ceiling.saturating_sub(owned.len()).min(limits.per_round);
+    // A held-back stream is no candidate (it stays in the lines and counts, as every other
+    // worker sees it): left among them, it took room a stream just freed needed and was then
+    // filtered out (found by the fleet simulation: a worker that had answered a bid kept
+    // picking the stream it handed over, and took a drained stream a scan late). Streams it
+    // is releasing (held back too) leave room as they go.
+    candidates.retain(|id| !held_back.contains(*id));
+    let running = owned.iter().filter(|s| !held_back.contains(*s)).count();
+    let room = ceiling.saturating_sub(running).min(limits.per_round);
     let acquire: Vec<String> = candidates
         .iter()
         .take(room)
