@@ -17,8 +17,11 @@ use lease_table::LeaseItem;
 
 use crate::decide::{Bid, WriteClass};
 use crate::metrics::Metrics;
-use crate::stream::AWS_CALL_TIMEOUT;
 use crate::write_gate::WriteGate;
+
+/// Longest any single DynamoDB call may take (less when the lease has less time left), except
+/// renewals, which may wait up to [`crate::stream::renew_timeout`].
+pub const AWS_CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The IAM actions of every DynamoDB operation this worker calls.
 pub const DYNAMODB_ACTIONS: &[&str] = &["dynamodb:GetItem", "dynamodb:Scan", "dynamodb:UpdateItem"];
@@ -504,6 +507,17 @@ impl LeaseTable {
         }
     }
 
+    /// An `UpdateItem` of `stream_id`'s lease item.
+    fn update(
+        &self,
+        stream_id: &str,
+    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        self.client.update_item().table_name(&*self.table).key(
+            lease_table::attr::STREAM_ID,
+            AttributeValue::S(stream_id.to_string()),
+        )
+    }
+
     /// Records a dead-lettered range on the stream's item, conditioned on holding it.
     pub async fn note_skipped(
         &self,
@@ -515,13 +529,7 @@ impl LeaseTable {
         let now = lease_table::now_ms();
         let call = async {
             let result = self
-                .client
-                .update_item()
-                .table_name(&*self.table)
-                .key(
-                    lease_table::attr::STREAM_ID,
-                    AttributeValue::S(stream_id.to_string()),
-                )
+                .update(stream_id)
                 .update_expression("SET #r = :range, updated_at = :now ADD #n :count")
                 .condition_expression("owner_id = :me AND fence_token = :token")
                 .expression_attribute_names("#r", DEAD_LETTER_RANGE)
@@ -546,13 +554,7 @@ impl LeaseTable {
         let now = lease_table::now_ms();
         let call = async {
             let result = self
-                .client
-                .update_item()
-                .table_name(&*self.table)
-                .key(
-                    lease_table::attr::STREAM_ID,
-                    AttributeValue::S(stream_id.to_string()),
-                )
+                .update(stream_id)
                 .update_expression("SET #bo = :me, #ba = :now")
                 .condition_expression("attribute_exists(owner_id) AND owner_id <> :me")
                 .expression_attribute_names("#bo", BID_OWNER)

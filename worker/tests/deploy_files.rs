@@ -34,6 +34,14 @@ const LEFT_UNSET: &[(&str, &str)] = &[
         "for the harness, which binds port 0; ECS uses the fixed METRICS_ADDR",
     ),
     (
+        "DISCOVERY",
+        "full discovery (the default); segmented discovery is opt-in and not fit for production yet (worker README, Discovery at scale), and deploy/ creates no membership table",
+    ),
+    (
+        "MEMBERS_TABLE",
+        "only with DISCOVERY=segmented, which this deployment does not use",
+    ),
+    (
         "CHAOS_SKIP_DEADLINE_CHECK",
         "test-only zombie switch; must never reach a real deployment",
     ),

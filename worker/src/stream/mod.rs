@@ -34,9 +34,7 @@ pub use upstream::{CONNECT_TIMEOUT, UPSTREAM_READ_BUFFER};
 use batch::{maybe_post, Post};
 use upstream::{upstream_event, Upstream, UpstreamEvent};
 
-/// Longest any single DynamoDB call may take (less when the lease has less time left), except
-/// renewals, which may wait up to [`renew_timeout`].
-pub const AWS_CALL_TIMEOUT: Duration = Duration::from_secs(2);
+pub use crate::lease::AWS_CALL_TIMEOUT;
 
 /// A renewal's timeout: half the renew interval, between [`AWS_CALL_TIMEOUT`] and 10 s (and
 /// never past the local deadline). A timed-out write still executes at the server, so under a
