@@ -387,6 +387,25 @@ pub async fn seed_streams<S: AsRef<str>>(
 /// `stream_id`. Reserved items ([`is_reserved`], e.g. [`FLEET_ITEM`]) are skipped.
 pub async fn scan_all(client: &Client, table: &str) -> Result<Vec<LeaseItem>, TableError> {
     let mut items = Vec::new();
+    scan_items(client, table, |item| {
+        let reserved =
+            matches!(item.get(attr::STREAM_ID), Some(AttributeValue::S(id)) if is_reserved(id));
+        if !reserved {
+            items.push(LeaseItem::from_item(item)?);
+        }
+        Ok(())
+    })
+    .await?;
+    items.sort_by(|a, b| a.stream_id.cmp(&b.stream_id));
+    Ok(items)
+}
+
+/// Every item of `table`, page by page (consistent reads), each handed to `each`.
+pub(crate) async fn scan_items(
+    client: &Client,
+    table: &str,
+    mut each: impl FnMut(&HashMap<String, AttributeValue>) -> Result<(), TableError>,
+) -> Result<(), TableError> {
     let mut start_key = None;
     loop {
         let page = client
@@ -398,19 +417,13 @@ pub async fn scan_all(client: &Client, table: &str) -> Result<Vec<LeaseItem>, Ta
             .await
             .map_err(|e| TableError::dynamo("Scan", table, e))?;
         for item in page.items() {
-            let reserved =
-                matches!(item.get(attr::STREAM_ID), Some(AttributeValue::S(id)) if is_reserved(id));
-            if !reserved {
-                items.push(LeaseItem::from_item(item)?);
-            }
+            each(item)?;
         }
         match page.last_evaluated_key() {
             Some(key) if !key.is_empty() => start_key = Some(key.clone()),
-            _ => break,
+            _ => return Ok(()),
         }
     }
-    items.sort_by(|a, b| a.stream_id.cmp(&b.stream_id));
-    Ok(items)
 }
 
 /// Reads one stream's item (consistent read); `None` when the stream has no item.

@@ -201,22 +201,11 @@ pub async fn create_table(client: &Client, table: &str) -> Result<Created, Table
 /// Reads every membership item (paginated, consistent), sorted by owner id.
 pub async fn scan(client: &Client, table: &str) -> Result<Vec<Member>, TableError> {
     let mut members = Vec::new();
-    let mut start_key = None;
-    loop {
-        let page = client
-            .scan()
-            .table_name(table)
-            .consistent_read(true)
-            .set_exclusive_start_key(start_key)
-            .send()
-            .await
-            .map_err(|e| TableError::dynamo("Scan", table, e))?;
-        members.extend(page.items().iter().filter_map(Member::from_item));
-        match page.last_evaluated_key() {
-            Some(key) if !key.is_empty() => start_key = Some(key.clone()),
-            _ => break,
-        }
-    }
+    crate::scan_items(client, table, |item| {
+        members.extend(Member::from_item(item));
+        Ok(())
+    })
+    .await?;
     members.sort_by(|a, b| a.owner_id.cmp(&b.owner_id));
     Ok(members)
 }

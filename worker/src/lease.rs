@@ -395,25 +395,37 @@ impl LeaseTable {
         stream_id: &str,
         timeout: Duration,
     ) -> Result<Option<LeaseItem>, CallError> {
-        let read = lease_table::get(&self.client, &self.table, stream_id);
-        let result = match tokio::time::timeout(timeout, read).await {
-            Ok(Ok(item)) => Ok(item),
-            Ok(Err(e)) => Err(CallError::Failed(OpError {
-                op: "get",
-                stream_id: stream_id.to_string(),
-                kind: ErrorKind::Other,
-                message: e.to_string(),
-            })),
-            Err(_) => Err(CallError::Timeout {
-                op: "get",
-                after: timeout,
-            }),
+        let read = async {
+            lease_table::get(&self.client, &self.table, stream_id)
+                .await
+                .map_err(|e| OpError {
+                    op: "get",
+                    stream_id: stream_id.to_string(),
+                    kind: ErrorKind::Other,
+                    message: e.to_string(),
+                })
+        };
+        self.read("get", timeout, read).await
+    }
+
+    /// A read (`op`) bounded by `timeout` and counted, outside the congestion window (which
+    /// paces lease writes).
+    async fn read<T>(
+        &self,
+        op: &'static str,
+        timeout: Duration,
+        call: impl std::future::Future<Output = Result<T, OpError>>,
+    ) -> Result<T, CallError> {
+        let result = match tokio::time::timeout(timeout, call).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(e)) => Err(CallError::Failed(e)),
+            Err(_) => Err(CallError::Timeout { op, after: timeout }),
         };
         let outcome = match &result {
             Ok(_) => "ok",
             Err(e) => e.outcome(),
         };
-        self.metrics.dynamodb("get", outcome);
+        self.metrics.dynamodb(op, outcome);
         result
     }
 
@@ -481,30 +493,15 @@ impl LeaseTable {
         if let Some((n, total)) = segment.filter(|(_, total)| *total > 1) {
             request = request.segment(n as i32).total_segments(total as i32);
         }
-        match tokio::time::timeout(page_timeout, request.send()).await {
-            Ok(Ok(page)) => {
-                self.metrics.dynamodb(op, "ok");
-                Ok(page)
-            }
-            Ok(Err(e)) => {
-                let kind = ops::error_kind(e.as_service_error().and_then(|s| s.code()));
-                let err = CallError::Failed(OpError {
-                    op,
-                    stream_id: String::new(),
-                    kind,
-                    message: aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string(),
-                });
-                self.metrics.dynamodb(op, err.outcome());
-                Err(err)
-            }
-            Err(_) => {
-                self.metrics.dynamodb(op, "timeout");
-                Err(CallError::Timeout {
-                    op,
-                    after: page_timeout,
-                })
-            }
-        }
+        let call = async {
+            request.send().await.map_err(|e| OpError {
+                op,
+                stream_id: String::new(),
+                kind: ops::error_kind(e.as_service_error().and_then(|s| s.code())),
+                message: aws_sdk_dynamodb::error::DisplayErrorContext(e).to_string(),
+            })
+        };
+        self.read(op, page_timeout, call).await
     }
 
     /// An `UpdateItem` of `stream_id`'s lease item.

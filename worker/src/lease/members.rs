@@ -37,12 +37,7 @@ impl LeaseTable {
             lease_table::members::heartbeat(&self.client, &table, member, lease_table::now_ms())
                 .await
                 .map(Outcome::Done)
-                .map_err(|e| OpError {
-                    op: "member_put",
-                    stream_id: String::new(),
-                    kind: ops::error_kind(e.code()),
-                    message: lease_table::error_text(&e),
-                })
+                .map_err(|e| member_error("member_put", &e))
         };
         self.timed("member_put", timeout, call).await.map(|_| ())
     }
@@ -62,13 +57,22 @@ impl LeaseTable {
             lease_table::members::forget(&self.client, &table, owner_id, expires_at)
                 .await
                 .map(Outcome::Done)
-                .map_err(|e| OpError {
-                    op: "member_delete",
-                    stream_id: String::new(),
-                    kind: ops::error_kind(e.code()),
-                    message: lease_table::error_text(&e),
-                })
+                .map_err(|e| member_error("member_delete", &e))
         };
         self.timed("member_delete", timeout, call).await.map(|_| ())
+    }
+}
+
+/// A membership call's failure as the worker reports it.
+fn member_error<E, R>(op: &'static str, e: &aws_sdk_dynamodb::error::SdkError<E, R>) -> OpError
+where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    OpError {
+        op,
+        stream_id: String::new(),
+        kind: ops::error_kind(e.code()),
+        message: lease_table::error_text(e),
     }
 }
