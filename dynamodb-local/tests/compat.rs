@@ -313,7 +313,7 @@ async fn segments(client: &Client) -> Check {
 }
 
 /// The membership table: a heartbeat (its attributes include reserved words), read back by a
-/// scan, a bid removed by the next heartbeat, and a delete conditioned on the expiry seen.
+/// scan, a bid and handoffs removed by the next heartbeat, and a delete conditioned on the expiry seen.
 async fn membership(client: &Client) -> Check {
     use lease_table::members::{self, Member};
     let table = members::table_for(TABLE);
@@ -327,6 +327,8 @@ async fn membership(client: &Client) -> Check {
         expires_at: 5_000,
         draining: false,
         bid: Some(("s-01".into(), 4_000)),
+        handoff: vec![("s-02".into(), "w-2".into()), ("s-03".into(), "w-3".into())],
+        handoff_at: 4_500,
     };
     members::heartbeat(client, &table, &member, 1_000)
         .await
@@ -336,6 +338,8 @@ async fn membership(client: &Client) -> Check {
         return Err(format!("wrote {member:?}, read {read:?}"));
     }
     member.bid = None;
+    member.handoff.clear();
+    member.handoff_at = 0;
     member.expires_at = 6_000;
     members::heartbeat(client, &table, &member, 2_000)
         .await
@@ -346,7 +350,7 @@ async fn membership(client: &Client) -> Check {
     let read = members::scan(client, &table).await.map_err(fail)?;
     if read != [member.clone()] {
         return Err(format!(
-            "bid not removed, or deleted despite a newer heartbeat: {read:?}"
+            "bid or handoff not removed, or deleted despite a newer heartbeat: {read:?}"
         ));
     }
     members::forget(client, &table, "w-1", 6_000)
@@ -356,7 +360,7 @@ async fn membership(client: &Client) -> Check {
     if !read.is_empty() {
         return Err(format!("not deleted: {read:?}"));
     }
-    Ok("written, read back, bid removed, deleted only as seen".into())
+    Ok("written, read back, bid and handoffs removed, deleted only as seen".into())
 }
 
 /// The Streams API by hand (JSON over HTTP), since the harness's SDK set has no streams client

@@ -15,8 +15,9 @@
 //! `--discovery segmented` prices the design argued in worker/README.md ("Discovery at scale")
 //! instead: a membership table (one small item per worker, written at each scan, at least half
 //! a renew interval apart, and scanned by every worker every scan interval), and each worker
-//! scanning two segments of a parallel `Scan` of the lease table (its own, by rank, and one
-//! rotating), so that the fleet reads the table about twice per scan interval whatever its size.
+//! scanning three segments of a parallel `Scan` of the lease table (its own, by rank, its
+//! predecessor's and one rotating), so that the fleet reads the table about three times per
+//! scan interval whatever its size.
 
 use std::process::ExitCode;
 
@@ -85,9 +86,9 @@ impl Discovery {
 /// Bytes of one worker's membership item (owner id, task ARN, held count, segment count,
 /// heartbeat, draining flag): under 1 KB, so one write unit.
 pub const MEMBER_ITEM_BYTES: u64 = 150;
-/// Segments each worker scans per scan interval in the segmented design: its own and a
-/// rotating one.
-pub const SEGMENTS_PER_WORKER: f64 = 2.0;
+/// Segments each worker scans per scan interval in the segmented design: its own, its
+/// predecessor's (the standby read) and a rotating one.
+pub const SEGMENTS_PER_WORKER: f64 = lease_table::members::SEGMENT_READS_PER_SCAN as f64;
 
 /// One fleet size, priced.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -142,7 +143,7 @@ impl Model {
         let (scan_rru_s, member_wru_s, member_rru_s) = match self.discovery {
             Discovery::Full => (workers as f64 * scan_rru / self.scan_seconds, 0.0, 0.0),
             Discovery::Segmented => {
-                // Each worker reads 2 / W of the table (at least all of it once, at W = 1).
+                // Each worker reads 3 / W of the table (all of it once, at W = 1; twice at 2).
                 let passes = SEGMENTS_PER_WORKER.min(workers as f64);
                 let members_rru = (workers * MEMBER_ITEM_BYTES).div_ceil(4096) as f64 * 0.5;
                 (
@@ -157,12 +158,12 @@ impl Model {
         // Each worker's poll interval grows with the fleet, so that the whole fleet reads the
         // signal, polls and scans together, at most `FLEET_READS_PER_SECOND` times a second
         // (`lease_table::fleet_poll_budget`, as the worker's `fleet_poll_for`).
-        // Segmented: about two scans an interval read the signal's segment, as if the fleet's
-        // scans came W / 2 times further apart (the worker's `fleet_every`).
+        // Segmented: about three scans an interval read the signal's segment, as if the
+        // fleet's scans came W / 3 times further apart (the worker's `fleet_every`).
         let w = workers as f64;
         let scans_reading_signal = match self.discovery {
             Discovery::Full => self.scan_seconds,
-            Discovery::Segmented => self.scan_seconds * w / 2.0,
+            Discovery::Segmented => self.scan_seconds * w / SEGMENTS_PER_WORKER,
         };
         let fleet_reads_s = if self.fleet_poll_ms == 0 {
             0.0
@@ -193,13 +194,12 @@ impl Model {
             member_usd_month,
             total_usd_month: renew_usd_month + discovery_usd_month,
             // The fleet signal: read on its own, and again by every worker's scan of the whole
-            // table (full) or by its segment's two readers an interval (segmented), where
+            // table (full) or by its segment's three readers an interval (segmented), where
             // every membership item is read by every worker's scan.
             hottest_item_reads_s: match self.discovery {
                 Discovery::Full => fleet_reads_s + w / self.scan_seconds,
-                Discovery::Segmented => {
-                    (fleet_reads_s + 2.0 / self.scan_seconds).max(w / self.scan_seconds)
-                }
+                Discovery::Segmented => (fleet_reads_s + SEGMENTS_PER_WORKER / self.scan_seconds)
+                    .max(w / self.scan_seconds),
             },
             discovery_rru_per_stream_hour: if streams == 0 {
                 0.0
@@ -402,8 +402,8 @@ mod tests {
             .row(streams, workers)
         };
         let r = seg(100_000, 1_000);
-        // Two passes over 4,883 blocks at half a unit, per 10 s.
-        assert!((r.scan_rru_s - 488.3).abs() < 0.01, "{r:?}");
+        // Three passes over 4,883 blocks at half a unit, per 10 s.
+        assert!((r.scan_rru_s - 732.45).abs() < 0.01, "{r:?}");
         // 1,000 members of 150 B: 37 blocks, scanned by each worker per 10 s; one write each.
         assert_eq!((r.member_wru_s, r.member_rru_s), (100.0, 1_850.0));
         assert!(r.discovery_pct_of_renewals < 10.0, "{r:?}");

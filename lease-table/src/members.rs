@@ -41,12 +41,22 @@ pub mod member_attr {
     /// The stream it last bid on, and when (Unix ms).
     pub const BID_STREAM: &str = "bid_stream";
     pub const BID_AT: &str = "bid_at";
+    /// Streams it is handing over, each to a named member (a map stream → owner id), and when
+    /// it decided so (Unix ms): written before it releases them (a shed, a drain), so the
+    /// named member takes each at once and the others leave it alone.
+    pub const HANDOFF: &str = "handoff";
+    pub const HANDOFF_AT: &str = "handoff_at";
     /// Unix ms of the write.
     pub const UPDATED_AT: &str = "updated_at";
     /// Unix seconds at which DynamoDB's TTL (when enabled on the table) may delete a gone
     /// member; workers also delete members gone for long ([`super::FORGET_AFTER_LEASES`]).
     pub const TTL: &str = "ttl";
 }
+
+/// Segments of the lease table each worker reads per scan interval in segmented discovery:
+/// its own, its predecessor's (the standby read) and one rotating. The fleet reads the lease
+/// table this many times an interval, whatever its size.
+pub const SEGMENT_READS_PER_SCAN: usize = 3;
 
 /// A member whose heartbeat expired this many leases ago is deleted by the first worker that
 /// sees it (crashed workers leave their item behind; ECS gives every task a new id).
@@ -65,7 +75,16 @@ pub struct Member {
     pub draining: bool,
     /// (stream, Unix ms) of its last bid, while fresh.
     pub bid: Option<(String, i64)>,
+    /// Streams it hands over, (stream, to whom), at most [`MAX_HANDOFFS`], decided at
+    /// `handoff_at` (Unix ms); empty when none is fresh.
+    pub handoff: Vec<(String, String)>,
+    pub handoff_at: i64,
 }
+
+/// At most this many handoffs ride in one membership item (about 50 bytes each: the item stays
+/// under 16 KB whatever the share; streams beyond are released unassigned, taken by whoever
+/// reads them first).
+pub const MAX_HANDOFFS: usize = 256;
 
 impl Member {
     /// Reads a membership item; `None` for one without an owner id (not written by a worker).
@@ -84,6 +103,18 @@ impl Member {
             (Some(stream), Some(at)) => Some((stream, at)),
             _ => None,
         };
+        let mut handoff: Vec<(String, String)> = match item.get(member_attr::HANDOFF) {
+            Some(AttributeValue::M(map)) => map
+                .iter()
+                .filter_map(|(stream, to)| match to {
+                    AttributeValue::S(to) => Some((stream.clone(), to.clone())),
+                    _ => None,
+                })
+                .take(MAX_HANDOFFS)
+                .collect(),
+            _ => Vec::new(),
+        };
+        handoff.sort();
         Some(Member {
             owner_id: text(member_attr::OWNER_ID)?,
             instance: text(member_attr::INSTANCE).unwrap_or_default(),
@@ -96,6 +127,8 @@ impl Member {
                 Some(AttributeValue::Bool(true))
             ),
             bid,
+            handoff,
+            handoff_at: number(member_attr::HANDOFF_AT).unwrap_or(0),
         })
     }
 }
@@ -134,6 +167,18 @@ pub async fn heartbeat(
             values.push((BID_AT, n(at)));
         }
         None => removed.extend([BID_STREAM, BID_AT]),
+    }
+    if member.handoff.is_empty() {
+        removed.extend([HANDOFF, HANDOFF_AT]);
+    } else {
+        let map = member
+            .handoff
+            .iter()
+            .take(MAX_HANDOFFS)
+            .map(|(stream, to)| (stream.clone(), AttributeValue::S(to.clone())))
+            .collect();
+        values.push((HANDOFF, AttributeValue::M(map)));
+        values.push((HANDOFF_AT, n(member.handoff_at)));
     }
     let mut request = client
         .update_item()

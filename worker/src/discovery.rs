@@ -249,9 +249,9 @@ impl Supervisor {
         let table = &self.shared.table;
         let scanned = match &mut self.membership {
             Some(membership) => {
-                let held = self.owned.len();
+                let held: HashSet<String> = self.owned.keys().cloned().collect();
                 membership
-                    .scan(table, &mut self.core, held, SCAN_PAGE_TIMEOUT, consistent)
+                    .scan(table, &mut self.core, &held, SCAN_PAGE_TIMEOUT, consistent)
                     .await
             }
             None => table
@@ -330,6 +330,20 @@ impl Supervisor {
                 Ok(Outcome::Refused { .. }) => {}
                 Err(e) => tracing::warn!(%stream_id, error = %e, "bid failed"),
             }
+        }
+        if let (Some(membership), false) = (&mut self.membership, round.handoffs.is_empty()) {
+            // Segmented: who takes each shed stream, in the membership item before the
+            // releases (the named members read it after the signal announces them).
+            let held = self.owned.len();
+            membership
+                .on_handoff(
+                    &self.shared.table,
+                    &self.core,
+                    held,
+                    round.handoffs.clone(),
+                    FLEET_TIMEOUT,
+                )
+                .await;
         }
         for (stream_id, reason) in &round.release {
             self.release_one(stream_id, *reason);

@@ -1,12 +1,14 @@
 //! Segmented discovery's reads and writes (`DISCOVERY=segmented`, issue #20): this worker's
-//! membership item (its heartbeat), the membership table, and its two segments of the lease
+//! membership item (its heartbeat), the membership table, and its three segments of the lease
 //! table. Which segments, who is live and what the counts mean are decided by the core
 //! ([`crate::decide::Census`], [`Supervision::next_segments`]); this module does the I/O.
 //!
 //! Per scan interval a worker writes its item once (about 150 bytes: 1 write unit), reads the
-//! membership table (one item per worker) and two segments of the lease table: the fleet's
-//! reads of the lease table per interval stay about two, whatever the number of workers.
+//! membership table (one item per worker) and three segments of the lease table (its own, its
+//! predecessor's, a rotating one): the fleet's reads of the lease table per interval stay about
+//! three, whatever the number of workers.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use lease_table::members::Member;
@@ -22,6 +24,9 @@ pub struct Membership {
     last_beat: Option<Instant>,
     /// The last bid (stream, Unix ms), carried in the heartbeat while fresh.
     bid: Option<(String, i64)>,
+    /// The last handoffs (stream → member) and when they were decided (Unix ms), carried in
+    /// the heartbeat while fresh.
+    handoff: (Vec<(String, String)>, i64),
 }
 
 impl Membership {
@@ -44,6 +49,12 @@ impl Membership {
             expires_at: now_ms + lease_ms,
             draining,
             bid: self.bid.clone().filter(|(_, at)| *at >= now_ms - lease_ms),
+            handoff: if self.handoff.1 >= now_ms - lease_ms {
+                self.handoff.0.clone()
+            } else {
+                Vec::new()
+            },
+            handoff_at: self.handoff.1,
         }
     }
 
@@ -63,18 +74,20 @@ impl Membership {
     }
 
     /// One discovery scan: the heartbeat when half a renew interval has passed since the last
-    /// one (or a bid is new), the membership table, then this worker's own segment and the
-    /// rotating one together. The view handed to the core holds both segments; its own
-    /// segment's count goes into the next heartbeat. A failed heartbeat or membership read
-    /// costs accuracy only (the last census stays); a failed segment read fails the scan.
+    /// one (or a bid is new), the membership table, then this worker's own segment, its
+    /// standby segment and the rotating one together, and the streams bid on or handed to it.
+    /// The view handed to the core holds them all; its own segment's count goes into the next
+    /// heartbeat. A failed heartbeat or membership read costs accuracy only (the last census
+    /// stays); a failed own or standby segment read fails the scan.
     pub async fn scan(
         &mut self,
         table: &LeaseTable,
         core: &mut Supervision,
-        held: usize,
+        held_streams: &HashSet<String>,
         page_timeout: Duration,
         consistent: bool,
     ) -> Result<usize, CallError> {
+        let held = held_streams.len();
         let began = Instant::now();
         if core.heartbeat_due(self.last_beat, began) {
             if let Err(e) = self.beat(table, core, held, false, page_timeout).await {
@@ -87,42 +100,53 @@ impl Membership {
                 tracing::warn!(error = %e, "membership read failed; planning with the last one")
             }
         }
-        let (own, total, rotating) = core.next_segments(lease_table::now_ms());
-        let own_scan = table.scan(page_timeout, consistent, Some((own, total)));
-        let other_scan = async {
-            match rotating {
-                Some(other) => table
-                    .scan(page_timeout, consistent, Some((other, total)))
-                    .await
-                    .map(Some),
-                None => Ok(None),
-            }
-        };
-        let (own_view, other_view) = tokio::join!(own_scan, other_scan);
+        let segments = core.next_segments(lease_table::now_ms());
+        let total = segments.total;
+        let own_scan = table.scan(page_timeout, consistent, Some((segments.own, total)));
+        let others = futures_util::future::join_all(
+            segments
+                .standby
+                .into_iter()
+                .chain(segments.rotating)
+                .map(|other| table.scan(page_timeout, consistent, Some((other, total)))),
+        );
+        let (own_view, other_views) = tokio::join!(own_scan, others);
         let mut view: ScanView = own_view?;
         let own_items = view.items.len();
-        match other_view {
-            Ok(Some(other)) => {
-                view.items.extend(other.items);
-                view.bids.extend(other.bids);
+        // A failed standby read fails the scan: a dead neighbour's leases are watched there.
+        for (other, is_standby) in other_views.into_iter().zip([true, false]) {
+            match other {
+                Ok(other) => {
+                    view.items.extend(other.items);
+                    view.bids.extend(other.bids);
+                }
+                Err(e) if is_standby => return Err(e),
+                Err(e) => tracing::debug!(error = %e, "rotating segment read failed"),
             }
-            Ok(None) => {}
-            Err(e) => tracing::debug!(error = %e, "rotating segment read failed"),
         }
-        // The stream this worker bid on: its owner's answer (a release) is this worker's to
-        // take, and the stream may lie in neither segment read.
-        let followed = core.bid_to_follow(lease_table::now_ms());
-        if let Some(bid) =
-            followed.filter(|b| !view.items.iter().any(|i| i.stream_id == b.stream_id))
-        {
-            match table.get(&bid.stream_id, page_timeout).await {
+        // The stream this worker bid on and those handed to it: the release is this worker's
+        // to take, and the stream may lie in no segment read.
+        let owned = held_streams;
+        let followed: Vec<_> = core
+            .streams_to_follow(lease_table::now_ms(), owned)
+            .into_iter()
+            .filter(|b| !view.items.iter().any(|i| i.stream_id == b.stream_id))
+            .collect();
+        let reads = futures_util::future::join_all(
+            followed
+                .iter()
+                .map(|b| table.get(&b.stream_id, page_timeout)),
+        )
+        .await;
+        for (bid, read) in followed.into_iter().zip(reads) {
+            match read {
                 Ok(Some(item)) => {
                     view.items.push(item);
                     view.bids.push(bid);
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    tracing::debug!(stream_id = %bid.stream_id, error = %e, "reading the stream bid on failed")
+                    tracing::debug!(stream_id = %bid.stream_id, error = %e, "reading a stream bid on or handed over failed")
                 }
             }
         }
@@ -154,16 +178,35 @@ impl Membership {
         }
     }
 
+    /// A shed: `handoffs` name who takes each stream released. Written before the releases
+    /// are sent, so a member reading it after the fleet signal's bump finds its streams.
+    pub async fn on_handoff(
+        &mut self,
+        table: &LeaseTable,
+        core: &Supervision,
+        held: usize,
+        handoffs: Vec<(String, String)>,
+        timeout: Duration,
+    ) {
+        self.handoff = (handoffs, lease_table::now_ms());
+        if let Err(e) = self.beat(table, core, held, false, timeout).await {
+            tracing::warn!(error = %e, "membership heartbeat with handoffs failed; the streams are released unassigned");
+        }
+    }
+
     /// The start of a drain: the item says so, and the others stop counting this worker live.
     /// It stays so until it expires, a lease later (its last bids may look fresh until then),
     /// and is deleted by a worker that sees it gone for long.
+    /// `handoffs` name who takes each of its streams (written before they are released).
     pub async fn draining(
         &mut self,
         table: &LeaseTable,
         core: &Supervision,
         held: usize,
+        handoffs: Vec<(String, String)>,
         timeout: Duration,
     ) {
+        self.handoff = (handoffs, lease_table::now_ms());
         if let Err(e) = self.beat(table, core, held, true, timeout).await {
             tracing::warn!(error = %e, "membership draining mark failed; the others count this worker live until its heartbeat expires");
         }

@@ -1,9 +1,11 @@
 //! Segmented discovery (`DISCOVERY=segmented`, issue #20) with real processes against DynamoDB
 //! Local: each worker heartbeats into the membership table and scans its own segment of the
-//! lease table plus a rotating one. The first version named an attribute DynamoDB reserves
+//! lease table, its predecessor's and a rotating one. The first version named an attribute DynamoDB reserves
 //! (`segments`): every heartbeat failed, each worker fell back to scanning the whole table as a
 //! fleet of one, and the scenarios still passed. This test fails that way: it reads the
-//! membership table and the workers' request counters, not just the outcome.
+//! membership table and the workers' request counters, not just the outcome. It also checks
+//! that a draining member names who takes each of its streams (its handoffs) before it
+//! releases them.
 
 mod common;
 
@@ -28,7 +30,8 @@ async fn owners(client: &aws_sdk_dynamodb::Client) -> HashMap<&'static str, Opti
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn segmented_workers_heartbeat_split_the_table_and_take_over_a_dead_ones_streams() {
+async fn segmented_workers_heartbeat_split_the_table_take_over_a_dead_ones_streams_and_hand_a_drained_ones_over(
+) {
     let _serial = SERIAL.lock().await;
     let rig = Rig::start(&STREAMS, 10.0).await;
     let client = rig.ddb.client();
@@ -38,7 +41,7 @@ async fn segmented_workers_heartbeat_split_the_table_and_take_over_a_dead_ones_s
         .expect("membership table");
     let mut fleet = rig.fleet();
     fleet.extra.push(("DISCOVERY", "segmented".into()));
-    let mut workers: Vec<Worker> = ["w-a", "w-b", "w-c"]
+    let mut workers: Vec<Worker> = ["w-a", "w-b", "w-c", "w-d"]
         .iter()
         .map(|n| fleet.spawn(n))
         .collect();
@@ -49,22 +52,22 @@ async fn segmented_workers_heartbeat_split_the_table_and_take_over_a_dead_ones_s
             .collect()
     };
 
-    // Every member heartbeats, knows the fleet is three and how many it runs; together they
+    // Every member heartbeats, knows the fleet is four and how many it runs; together they
     // run every stream, each about its share.
     let settled = eventually(Duration::from_secs(30), || async {
         let live = members::scan(&client, &members_table).await.ok()?;
         let held: usize = live.iter().map(|m| m.held).sum();
-        let ok = live.len() == 3
+        let ok = live.len() == 4
             && live
                 .iter()
-                .all(|m| m.segments == 3 && (3..=5).contains(&m.held))
+                .all(|m| m.segments == 4 && (2..=4).contains(&m.held))
             && held == STREAMS.len();
         ok.then_some(live)
     })
     .await;
     assert!(
         settled.is_some(),
-        "the membership table never showed three members sharing 12 streams: {:?}\n{}",
+        "the membership table never showed four members sharing 12 streams: {:?}\n{}",
         members::scan(&client, &members_table).await,
         logs(&workers)
     );
@@ -94,7 +97,8 @@ async fn segmented_workers_heartbeat_split_the_table_and_take_over_a_dead_ones_s
         );
     }
 
-    // SIGKILL one: its streams are taken by the two left, whose segments now cover the table.
+    // SIGKILL one: its streams are taken by the three left (its own segment is read by its
+    // standby every interval).
     let mut victim = workers.remove(0);
     victim.kill();
     let taken = eventually(Duration::from_secs(30), || async {
@@ -111,10 +115,60 @@ async fn segmented_workers_heartbeat_split_the_table_and_take_over_a_dead_ones_s
         owners(&client).await,
         logs(&workers)
     );
+
+    // SIGTERM another: before releasing, its membership item names who takes each stream
+    // (members with room), and they take them.
+    let mut drained = workers.remove(0);
+    let held: Vec<&str> = owners(&client)
+        .await
+        .into_iter()
+        .filter(|(_, o)| o.as_deref() == Some(drained.name.as_str()))
+        .map(|(s, _)| s)
+        .collect();
+    drained.signal("TERM");
+    assert!(
+        drained.wait_exit(Duration::from_secs(15)).await.is_some(),
+        "{} did not exit on SIGTERM\n{}",
+        drained.name,
+        drained.logs()
+    );
+    let item = members::scan(&client, &members_table)
+        .await
+        .expect("membership read")
+        .into_iter()
+        .find(|m| m.owner_id == drained.name);
+    assert!(
+        item.as_ref().is_some_and(|m| m.draining
+            && !held.is_empty()
+            && m.handoff
+                .iter()
+                .all(|(s, to)| held.contains(&s.as_str()) && to != &drained.name)
+            && !m.handoff.is_empty()),
+        "{} drained holding {held:?}; its membership item named no handoffs: {item:?}\n{}",
+        drained.name,
+        drained.logs()
+    );
+    let retaken = eventually(Duration::from_secs(10), || async {
+        let now = owners(&client).await;
+        held.iter()
+            .all(|s| now[s].as_deref().is_some_and(|o| o != drained.name))
+            .then_some(now)
+    })
+    .await;
+    assert!(
+        retaken.is_some(),
+        "{}'s released streams {held:?} were not taken: {:?}\n{}",
+        drained.name,
+        owners(&client).await,
+        logs(&workers)
+    );
     let two = eventually(Duration::from_secs(30), || async {
         let live = members::scan(&client, &members_table).await.ok()?;
         let now = lease_table::now_ms();
-        let live: Vec<_> = live.into_iter().filter(|m| m.expires_at > now).collect();
+        let live: Vec<_> = live
+            .into_iter()
+            .filter(|m| m.expires_at > now && !m.draining)
+            .collect();
         (live.len() == 2 && live.iter().all(|m| m.segments == 2)).then_some(live)
     })
     .await;

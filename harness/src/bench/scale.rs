@@ -79,7 +79,7 @@ pub struct ScaleRow {
     pub member_units_per_stream_hour_by_api: BTreeMap<String, f64>,
     /// Reads of the most-read item per second. Full discovery: every scan reads every item,
     /// and the fleet signal is also read on its own. Segmented: the fleet signal's segment is
-    /// read about twice per scan interval (by its owner and a rotating reader) besides its
+    /// read about three times per scan interval (its owner, its standby and a rotating reader) besides its
     /// polls, and every membership item once per scan of any worker.
     pub hottest_item_reads_per_s: f64,
     pub scans_per_s: f64,
@@ -127,7 +127,8 @@ pub fn row(
     let hottest_item_reads_per_s = match discovery {
         Discovery::Full => scans_per_s + fleet_reads_per_s,
         Discovery::Segmented => {
-            let segment_reads = 2.0 * scans_per_s / workers.max(1) as f64;
+            let readers = crate::cost::SEGMENTS_PER_WORKER;
+            let segment_reads = readers * scans_per_s / workers.max(1) as f64;
             (fleet_reads_per_s + segment_reads).max(scans_per_s)
         }
     };

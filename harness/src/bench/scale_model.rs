@@ -6,7 +6,7 @@
 //! - renewals: write units per stream, flat in the fleet's size (both designs);
 //! - scans of the lease table: per stream and worker with full discovery (every worker reads
 //!   the whole table), per stream alone with segmented discovery (the fleet reads each segment
-//!   about twice per interval, whatever its size);
+//!   about three times per interval, whatever its size);
 //! - the membership table (segmented only): one heartbeat write per worker per interval, and
 //!   every worker reads every member: per worker², small items;
 //! - segmented reads are priced in 4 KB blocks (a segment of a few items still costs a whole
@@ -14,7 +14,7 @@
 //!   what was measured at the largest fleet;
 //! - the fleet signal: every `FLEET_POLL_MS` per worker, capped for the fleet
 //!   (`lease_table::fleet_poll_budget`: what the scans leave of `FLEET_READS_PER_SECOND`; with
-//!   segmented discovery only about two scans an interval read the signal's segment).
+//!   segmented discovery only about three scans an interval read the signal's segment).
 
 use serde::Serialize;
 
@@ -121,9 +121,15 @@ impl Rates {
     }
 
     /// Segmented: the fleet's lease-table scan units per second at `n` streams over `w`
-    /// workers (each reads its own segment and one other, `n / w` items each), uncalibrated.
+    /// workers (each reads its own segment, its predecessor's and one other, `n / w` items
+    /// each), uncalibrated.
     fn segment_reads(&self, n: f64, w: f64) -> f64 {
-        block_reads(w, self.scans_per_worker * w.min(2.0), n * ITEM_BYTES / w)
+        let segments = crate::cost::SEGMENTS_PER_WORKER;
+        block_reads(
+            w,
+            self.scans_per_worker * w.min(segments),
+            n * ITEM_BYTES / w,
+        )
     }
 
     /// Segmented: the fleet's membership read units per second at `w` workers, uncalibrated.
@@ -145,11 +151,11 @@ impl Rates {
         } else {
             0.0
         };
-        // Segmented: about two of the fleet's scans read the signal's segment an interval
+        // Segmented: about three of the fleet's scans read the signal's segment an interval
         // (the worker's `fleet_every`).
         let scan_seconds = match self.discovery {
             Discovery::Full => scan_seconds,
-            Discovery::Segmented => scan_seconds * w / 2.0,
+            Discovery::Segmented => scan_seconds * w / crate::cost::SEGMENTS_PER_WORKER,
         };
         (w * 1000.0 / fleet_poll_ms as f64).min(lease_table::fleet_poll_budget(w, scan_seconds))
     }
@@ -168,9 +174,9 @@ impl Rates {
         let read_units_per_s = scan_units + member_units + fleet_reads * self.units_per_fleet_read;
         let hottest_item_reads_per_s = match self.discovery {
             Discovery::Full => self.scans_per_worker * w + fleet_reads,
-            Discovery::Segmented => {
-                (fleet_reads + 2.0 * self.scans_per_worker).max(self.scans_per_worker * w)
-            }
+            Discovery::Segmented => (fleet_reads
+                + crate::cost::SEGMENTS_PER_WORKER * self.scans_per_worker)
+                .max(self.scans_per_worker * w),
         };
         CostModelRow {
             discovery: self.discovery,

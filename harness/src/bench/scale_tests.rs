@@ -94,7 +94,7 @@ fn the_cost_model_grows_scans_with_workers_and_caps_the_fleet_signal() {
     assert!(m.assumptions.iter().any(|a| a.contains("1000 reads/s")));
 }
 
-/// A segmented fleet of 10 in 10 s over 1,000 streams: each worker scans two segments of 100
+/// A segmented fleet of 10 in 10 s over 1,000 streams: each worker scans three segments of 100
 /// items (about 5 units each), heartbeats once and reads the 10 members (0.5 units).
 fn segmented_window() -> Window {
     Window {
@@ -102,7 +102,7 @@ fn segmented_window() -> Window {
         counts: Counts {
             requests: BTreeMap::from([
                 ("renew".to_string(), 1_000.0),
-                ("scan".to_string(), 20.0),
+                ("scan".to_string(), 30.0),
                 ("member_scan".to_string(), 10.0),
                 ("member_put".to_string(), 10.0),
                 ("fleet_read".to_string(), 2_000.0),
@@ -134,9 +134,9 @@ fn segmented_scans_are_priced_per_stream_and_members_per_worker_squared() {
         2,
         Vec::new(),
     );
-    // The fleet signal's segment: its 200 polls a second plus 2 × (1 scan a second / 10).
+    // The fleet signal's segment: its 200 polls a second plus 3 × (1 scan a second / 10).
     assert!(
-        (measured.hottest_item_reads_per_s - 200.2).abs() < 1e-9,
+        (measured.hottest_item_reads_per_s - 200.3).abs() < 1e-9,
         "{measured:?}"
     );
     let m = cost_model(
@@ -152,19 +152,19 @@ fn segmented_scans_are_priced_per_stream_and_members_per_worker_squared() {
     assert!((small.write_units_per_s - 101.0).abs() < 1e-9, "{small:?}");
     assert!((small.read_units_per_s - 110.5).abs() < 1e-9, "{small:?}");
     let large = &m.rows[1];
-    // Segments: measured 10 units/s where 2 block reads of 5 blocks (100 items of 200 bytes)
-    // per worker every 10 s give 5, so ×2; at 100× the streams and workers each segment still
-    // holds 100 items: 1,000 × 0.1 × 2 × 5 × 0.5 × 2 = 1,000 units/s (100× the scans, not
-    // 10,000×). Members: measured 0.5/s = 10 × 0.1 × 1 block × 0.5 (×1); at 1,000 workers a
-    // member read is 37 blocks: 1,000 × 0.1 × 37 × 0.5 = 1,850. The fleet signal's polls get
-    // what two scans every 10 s leave of its 1,000 reads/s (999.8), 0.5 units each.
+    // Segments: measured 10 units/s where 3 block reads of 5 blocks (100 items of 200 bytes)
+    // per worker every 10 s give 7.5, so ×4/3; at 100× the streams and workers each segment
+    // still holds 100 items: 1,000 × 0.1 × 3 × 5 × 0.5 × 4/3 = 1,000 units/s (100× the scans,
+    // not 10,000×). Members: measured 0.5/s = 10 × 0.1 × 1 block × 0.5 (×1); at 1,000 workers
+    // a member read is 37 blocks: 1,000 × 0.1 × 37 × 0.5 = 1,850. The fleet signal's polls get
+    // what three scans every 10 s leave of its 1,000 reads/s (999.7), 0.5 units each.
     assert!((large.write_units_per_s - (10_000.0 + 100.0)).abs() < 1e-6);
     assert!(
-        (large.read_units_per_s - (1_000.0 + 1_850.0 + 499.9)).abs() < 1e-6,
+        (large.read_units_per_s - (1_000.0 + 1_850.0 + 499.85)).abs() < 1e-6,
         "{large:?}"
     );
     // A membership item is read by each of 1,000 workers' scans (one each 10 s): 100/s; the
-    // fleet signal 999.8 + 0.2: the budget, no more.
+    // fleet signal 999.7 + 0.3: the budget, no more.
     assert!(
         (large.hottest_item_reads_per_s - 1_000.0).abs() < 1e-6,
         "{large:?}"

@@ -3,12 +3,17 @@
 //! table holds, which lease-table segments this worker scans, and which gone members to delete.
 //!
 //! With `DISCOVERY=segmented` a worker reads the membership table (one small item per worker)
-//! and only its own segment of the lease table (`Segment` = its rank among the live members,
-//! `TotalSegments` = their number) plus one other segment that rotates: the fleet reads the
-//! lease table about twice per scan interval whatever its size. Every figure here is a hint;
-//! ownership still changes only by conditional writes.
+//! and three segments of the lease table: its own (`Segment` = its rank among the dealt
+//! members, `TotalSegments` = their number), its predecessor's (the *standby* read: when that
+//! member dies, its segment is still watched every interval by a worker that saw its leases
+//! before they lapsed, so they are taken as they expire), and one other that rotates. The
+//! fleet reads the lease table about three times per scan interval whatever its size. A
+//! member is dealt a segment while its heartbeat is fresh and for one lease after (a dead or
+//! drained member's segment keeps its boundaries, and its standby reader, until its streams
+//! are taken). Every figure here is a hint; ownership still changes only by conditional
+//! writes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use std::time::Duration;
 
@@ -17,16 +22,45 @@ use lease_table::LeaseItem;
 use tokio::time::Instant;
 
 use super::owners::Supervision;
-use super::plan::Bid;
+use super::plan::{rank, Bid};
 
 /// At most this many lapsed leases outside the view are remembered between rotating reads.
 pub const MAX_KEPT_LAPSED: usize = 10_000;
+/// At most this many streams bid on or handed to this worker are read on their own per scan
+/// (they may lie in none of its segments).
+pub const MAX_FOLLOWED: usize = 64;
+
+/// The lease-table segments one scan reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Segments {
+    /// This worker's own segment.
+    pub own: usize,
+    /// `TotalSegments`: the number of dealt members.
+    pub total: usize,
+    /// Its predecessor's segment (`None` alone).
+    pub standby: Option<usize>,
+    /// One more, in turn (`None` with fewer than three segments).
+    pub rotating: Option<usize>,
+}
+
+impl Segments {
+    /// Every segment read, own first.
+    pub fn read(&self) -> Vec<usize> {
+        let mut all = vec![self.own];
+        all.extend(self.standby);
+        all.extend(self.rotating);
+        all
+    }
+}
 
 /// What the membership table says, as one worker plans with it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Census {
     /// Live members (fresh heartbeat, not draining), this worker included, sorted.
     pub live: Vec<String>,
+    /// Members dealt a lease-table segment: live, draining, or gone for less than a lease;
+    /// this worker included, sorted.
+    pub dealt: Vec<String>,
     /// Streams each live member runs (this worker's own count is the caller's).
     pub held: HashMap<String, usize>,
     /// Lease items in the table: the live members' own-segment counts, this worker's from its
@@ -34,7 +68,8 @@ pub struct Census {
     pub streams: usize,
     /// Members that announced a drain and have not expired.
     pub draining: Vec<String>,
-    /// The live members' fresh bids.
+    /// The live members' fresh bids, and the handoffs of live and draining members (a stream
+    /// handed to a member is as good as its bid: released to it, it is that member's).
     pub bids: Vec<Bid>,
     /// Members gone for [`FORGET_AFTER_LEASES`] leases: (owner, the expiry seen), to delete.
     pub forget: Vec<(String, i64)>,
@@ -52,11 +87,15 @@ impl Census {
         lease_ms: i64,
     ) -> Census {
         let mut census = Census::default();
-        // (items, segments) of each live member's own-segment count, this worker's first.
+        // (items, segments) of each dealt member's own-segment count, this worker's first.
         let mut counts = vec![mine];
         for m in members {
             if m.owner_id == me {
                 continue;
+            }
+            if m.expires_at >= now_ms - lease_ms {
+                census.dealt.push(m.owner_id.clone());
+                counts.push((m.segment_items, m.segments));
             }
             if m.expires_at < now_ms {
                 if m.expires_at < now_ms - FORGET_AFTER_LEASES * lease_ms {
@@ -64,13 +103,19 @@ impl Census {
                 }
                 continue;
             }
+            if m.handoff_at >= now_ms - lease_ms {
+                census.bids.extend(m.handoff.iter().map(|(stream, to)| Bid {
+                    stream_id: stream.clone(),
+                    bidder: to.clone(),
+                    at: m.handoff_at,
+                }));
+            }
             if m.draining {
                 census.draining.push(m.owner_id.clone());
                 continue;
             }
             census.live.push(m.owner_id.clone());
             census.held.insert(m.owner_id.clone(), m.held);
-            counts.push((m.segment_items, m.segments));
             if let Some((stream, at)) = &m.bid {
                 if *at >= now_ms - lease_ms {
                     census.bids.push(Bid {
@@ -83,28 +128,84 @@ impl Census {
         }
         census.live.push(me.to_string());
         census.live.sort();
-        census.streams = table_size(&counts, census.live.len());
+        census.dealt.push(me.to_string());
+        census.dealt.sort();
+        census.streams = table_size(&counts, census.dealt.len());
         census.draining.sort();
         census
     }
 
-    /// This worker's segment and the number of segments: its rank among the live members.
+    /// This worker's segment and the number of segments: its rank among the dealt members.
     pub fn segment(&self, me: &str) -> (usize, usize) {
-        let total = self.live.len().max(1);
-        let rank = self.live.iter().position(|m| m == me).unwrap_or(0);
+        let total = self.dealt.len().max(1);
+        let rank = self.dealt.iter().position(|m| m == me).unwrap_or(0);
         (rank, total)
     }
 
-    /// The other segment to scan at scan number `turn`: each of the others in turn, so every
-    /// segment is read by a second worker within `segments − 1` intervals (free streams beyond
-    /// the share of a segment's owner are found there). `None` with one segment.
-    pub fn rotating(&self, me: &str, turn: u64) -> Option<usize> {
-        let (rank, total) = self.segment(me);
-        if total < 2 {
-            return None;
+    /// The segments this worker reads at scan number `turn`: its own; its predecessor's (the
+    /// standby read: a member that dies leaves its segment watched by one that saw its leases
+    /// before they lapsed); and each of the others in turn, so every segment is read by a
+    /// third worker within `segments − 2` intervals (free streams beyond the room of a
+    /// segment's readers are found there).
+    pub fn segments(&self, me: &str, turn: u64) -> Segments {
+        let (own, total) = self.segment(me);
+        let standby = (total >= 2).then(|| (own + total - 1) % total);
+        let rotating = (total >= 3).then(|| {
+            let step = 1 + (turn % (total as u64 - 2)) as usize;
+            (own + step) % total
+        });
+        Segments {
+            own,
+            total,
+            standby,
+            rotating,
         }
-        let step = 1 + (turn % (total as u64 - 1)) as usize;
-        Some((rank + step) % total)
+    }
+
+    /// Deals `streams` that this worker hands over (a shed, or its whole share in a drain:
+    /// `leaving`) to the live members with room, each to the best-ranked member by the same
+    /// hash the lines use, and at most [`lease_table::members::MAX_HANDOFFS`]; a stream for
+    /// which nobody has room is released unassigned. The share counts this worker unless it
+    /// is leaving.
+    pub fn handoffs(&self, me: &str, streams: &[String], leaving: bool) -> Vec<(String, String)> {
+        let others: Vec<&str> = self
+            .live
+            .iter()
+            .map(String::as_str)
+            .filter(|m| *m != me)
+            .collect();
+        let owners = others.len() + usize::from(!leaving);
+        if others.is_empty() {
+            return Vec::new();
+        }
+        let target = self.streams.div_ceil(owners.max(1));
+        let mut room: Vec<(&str, usize)> = others
+            .iter()
+            .map(|m| {
+                (
+                    *m,
+                    target.saturating_sub(self.held.get(*m).copied().unwrap_or(0)),
+                )
+            })
+            .filter(|(_, r)| *r > 0)
+            .collect();
+        let mut sorted: Vec<&String> = streams.iter().collect();
+        sorted.sort();
+        let mut dealt = Vec::new();
+        for stream in sorted {
+            if dealt.len() >= lease_table::members::MAX_HANDOFFS {
+                break;
+            }
+            let best = room
+                .iter_mut()
+                .filter(|(_, r)| *r > 0)
+                .min_by_key(|(m, _)| (rank(m, stream), *m));
+            if let Some((member, left)) = best {
+                *left -= 1;
+                dealt.push((stream.clone(), member.to_string()));
+            }
+        }
+        dealt
     }
 }
 
@@ -185,19 +286,19 @@ impl Supervision {
         ))
     }
 
-    /// Segmented discovery: which segments the next scan reads at `now_ms` — (own, total, the
-    /// rotating other one) — and the count of this worker's own segment for its heartbeat.
-    pub fn next_segments(&mut self, now_ms: i64) -> (usize, usize, Option<usize>) {
+    /// Segmented discovery: which segments the next scan reads at `now_ms` (see
+    /// [`Census::segments`]).
+    pub fn next_segments(&mut self, now_ms: i64) -> Segments {
         let census = self.census(now_ms).unwrap_or_default();
-        let census = if census.live.is_empty() {
+        let census = if census.dealt.is_empty() {
             Census::read(&[], &self.me, (0, 1), now_ms, 0)
         } else {
             census
         };
         self.scan_turn += 1;
-        let (own, total) = census.segment(&self.me);
-        self.segments_scanned = total;
-        (own, total, census.rotating(&self.me, self.scan_turn))
+        let segments = census.segments(&self.me, self.scan_turn);
+        self.segments_scanned = segments.total;
+        segments
     }
 
     /// True once the membership table was read (segmented discovery).
@@ -205,18 +306,50 @@ impl Supervision {
         self.members.is_some()
     }
 
-    /// Segmented discovery: the stream this worker bid on within the last lease, to read
-    /// with the next scan (its owner's release goes to this worker, which must see it).
-    pub fn bid_to_follow(&self, now_ms: i64) -> Option<Bid> {
+    /// Segmented discovery: the streams to read on their own with the next scan, as bids of
+    /// this worker — the one it bid on within the last lease (its owner's release goes to this
+    /// worker, which must see it) and those members hand over to it — at most
+    /// [`MAX_FOLLOWED`], none it runs.
+    pub fn streams_to_follow(&self, now_ms: i64, owned: &HashSet<String>) -> Vec<Bid> {
         let lease_ms = self.settings.lease.as_millis() as i64;
-        self.my_bid
+        let mine = self
+            .my_bid
             .as_ref()
             .filter(|(_, at)| *at >= now_ms - lease_ms)
             .map(|(stream, at)| Bid {
                 stream_id: stream.clone(),
                 bidder: self.me.clone(),
                 at: *at,
-            })
+            });
+        let handed = self
+            .census(now_ms)
+            .map(|c| c.bids)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|b| b.bidder == self.me);
+        let mut follow: Vec<Bid> = Vec::new();
+        for bid in mine.into_iter().chain(handed) {
+            if !owned.contains(&bid.stream_id)
+                && !follow.iter().any(|f| f.stream_id == bid.stream_id)
+            {
+                follow.push(bid);
+            }
+        }
+        follow.truncate(MAX_FOLLOWED);
+        follow
+    }
+
+    /// Segmented discovery: to whom `streams` this worker releases go (see
+    /// [`Census::handoffs`]); `leaving` in a drain. Empty in full discovery.
+    pub fn handoffs(
+        &self,
+        streams: &[String],
+        leaving: bool,
+        now_ms: i64,
+    ) -> Vec<(String, String)> {
+        self.census(now_ms)
+            .map(|c| c.handoffs(&self.me, streams, leaving))
+            .unwrap_or_default()
     }
 
     /// Lease items in this worker's own segment at its last scan, and of how many segments.
@@ -277,27 +410,89 @@ mod tests {
         ];
         let c = Census::read(&members, "me", (31, 3), 10_000, 3_000);
         assert_eq!(c.live, ["me", "w-a", "w-b", "w-s"]);
-        // Segments dealt over 3 members, 4 live now: the mean of the scaled counts.
-        assert_eq!(c.streams, (31 + 34 + 33 + 33) * 3 / 4);
+        // Dealt: the live, the draining and the gone for less than a lease.
+        assert_eq!(c.dealt, ["me", "w-a", "w-b", "w-d", "w-gone", "w-s"]);
+        // Segments dealt over 3 members, 6 now: the mean of the scaled counts.
+        assert_eq!(c.streams, ((31 + 34 + 33 + 33 + 30 + 30) * 3 + 3) / 6);
         assert_eq!(table_size(&[(5, 2), (6, 2)], 2), 11);
         assert_eq!(c.draining, ["w-d"]);
         assert_eq!(c.bids.len(), 1);
         assert_eq!(c.bids[0].bidder, "w-b");
         assert_eq!(c.forget, [("w-long-gone".to_string(), -50_000)]);
-        assert_eq!(c.segment("me"), (0, 4));
-        assert_eq!(c.segment("w-s"), (3, 4));
+        assert_eq!(c.segment("me"), (0, 6));
+        assert_eq!(c.segment("w-s"), (5, 6));
+    }
+
+    #[test]
+    fn a_member_gone_for_less_than_a_lease_keeps_its_segment() {
+        let members = [
+            member("w-a", 9, 34, 10_000),
+            member("w-dead", 9, 30, 8_000),
+            member("w-long-dead", 9, 30, 6_000),
+            member("me", 0, 31, 10_000),
+        ];
+        let c = Census::read(&members, "me", (31, 3), 10_000, 3_000);
+        assert_eq!(c.live, ["me", "w-a"]);
+        assert_eq!(c.dealt, ["me", "w-a", "w-dead"]);
+        // The dead member's segment (2 of 3) is this worker's standby read.
+        let theirs = Census::read(&members, "w-a", (34, 3), 10_000, 3_000);
+        assert_eq!(theirs.segments("w-a", 0).standby, Some(0));
+        assert_eq!(c.segments("me", 0).standby, Some(2));
+    }
+
+    #[test]
+    fn handed_over_streams_go_to_members_with_room_and_read_as_their_bids() {
+        let mut giver = member("w-g", 3, 10, 10_000);
+        giver.draining = true;
+        giver.handoff = vec![("s-1".into(), "me".into()), ("s-2".into(), "w-a".into())];
+        giver.handoff_at = 9_000;
+        let mut old = member("w-o", 3, 10, 10_000);
+        old.handoff = vec![("s-3".into(), "me".into())];
+        old.handoff_at = 1_000;
+        let mut members = [
+            giver,
+            old,
+            member("w-a", 15, 10, 10_000),
+            member("w-b", 16, 10, 10_000),
+        ];
+        for m in &mut members {
+            m.segments = 5;
+        }
+        members[1].held = 14;
+        let c = Census::read(&members, "me", (10, 5), 10_000, 3_000);
+        assert_eq!((c.streams, c.dealt.len()), (50, 5));
+        let mut bids: Vec<(&str, &str)> = c
+            .bids
+            .iter()
+            .map(|b| (b.stream_id.as_str(), b.bidder.as_str()))
+            .collect();
+        bids.sort();
+        assert_eq!(
+            bids,
+            [("s-1", "me"), ("s-2", "w-a")],
+            "stale handoffs are dropped"
+        );
+        // 50 streams over w-a, w-b and w-o when this worker leaves (w-g drains): a share of
+        // 17; they hold 15, 16 and 14, so 6 of the 20 streams find room.
+        let streams: Vec<String> = (0..20).map(|i| format!("s-{i:02}")).collect();
+        let dealt = c.handoffs("me", &streams, true);
+        let to = |m: &str| dealt.iter().filter(|(_, t)| t == m).count();
+        assert_eq!((to("w-a"), to("w-b"), to("w-o"), dealt.len()), (2, 1, 3, 6));
+        // Staying, this worker counts in the share (50 / 4: 13): nobody has room.
+        assert!(c.handoffs("me", &streams, false).is_empty());
+        assert!(Census::default().handoffs("me", &streams, true).is_empty());
     }
 
     #[test]
     fn a_worker_not_yet_listed_is_a_segment_of_its_own() {
         let c = Census::read(&[], "me", (12, 1), 0, 3_000);
         assert_eq!((c.segment("me"), c.streams), ((0, 1), 12));
-        assert_eq!(c.rotating("me", 5), None);
+        assert_eq!(c.segments("me", 5).read(), [0]);
     }
 
     proptest! {
-        /// Every live member has its own segment, and within `total − 1` turns each worker's
-        /// rotating segment visits every other segment.
+        /// Every dealt member has its own segment and reads its predecessor's, and within
+        /// `total − 2` turns each worker's rotating segment visits every other segment.
         #[test]
         fn segments_partition_and_rotation_covers(workers in 1usize..40, me in 0usize..40) {
             let members: Vec<Member> = (0..workers)
@@ -313,11 +508,22 @@ mod tests {
             let me = &names[me % workers];
             let c = Census::read(&members, me, (0, 0), 0, 3_000);
             let (rank, total) = c.segment(me);
-            let mut seen: Vec<usize> =
-                (0..total.saturating_sub(1) as u64).filter_map(|t| c.rotating(me, t)).collect();
+            let mut seen: Vec<usize> = (0..total.saturating_sub(2).max(1) as u64)
+                .flat_map(|t| c.segments(me, t).read())
+                .collect();
             seen.sort();
-            let others: Vec<usize> = (0..total).filter(|s| *s != rank).collect();
-            prop_assert_eq!(seen, others);
+            seen.dedup();
+            prop_assert_eq!(seen, (0..total).collect::<Vec<_>>());
+            // Each segment is some member's standby.
+            let mut standbys: Vec<usize> = names
+                .iter()
+                .filter_map(|n| Census::read(&members, n, (0, 0), 0, 3_000).segments(n, 0).standby)
+                .collect();
+            standbys.sort();
+            if total >= 2 {
+                prop_assert_eq!(standbys, (0..total).collect::<Vec<_>>());
+            }
+            prop_assert!(c.segments(me, 0).standby != Some(rank));
         }
     }
 }

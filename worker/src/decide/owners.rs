@@ -399,6 +399,15 @@ impl Supervision {
         for (stream_id, _) in &release {
             self.hold_back(stream_id, now + cooldown);
         }
+        let shed: Vec<String> = release
+            .iter()
+            .filter(|(_, reason)| *reason == ReleaseReason::Shed)
+            .map(|(s, _)| s.clone())
+            .collect();
+        let handoffs = match &census {
+            Some(census) if !shed.is_empty() => census.handoffs(&me, &shed, false),
+            _ => Vec::new(),
+        };
         if let Some(stream) = &plan.bid {
             self.my_bid = Some((stream.clone(), now_ms));
         }
@@ -408,6 +417,7 @@ impl Supervision {
             acquire,
             bid: plan.bid,
             release,
+            handoffs,
             gauges,
             target: plan.target,
             deferred: plan.deferred,

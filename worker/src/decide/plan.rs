@@ -130,6 +130,7 @@ pub fn plan(
     // Streams released in answer to a bid: reserved for their bidder while recent.
     let bid_on: HashMap<&str, &Bid> = bids.iter().map(|b| (b.stream_id.as_str(), b)).collect();
     let mut reserved: Vec<(&str, &str, i64)> = Vec::new();
+    let mut handed: HashSet<&str> = HashSet::new();
     for item in items {
         let id = item.stream_id.as_str();
         if owned.contains(id) {
@@ -140,8 +141,12 @@ pub fn plan(
             (None, _) if released_at(item, now_ms).is_some() => {
                 let released = released_at(item, now_ms).unwrap_or(0);
                 match bid_on.get(id) {
-                    // This worker asked for it: it is handed over to it, no herd.
-                    Some(bid) if bid.bidder == me && bid.at <= released => candidates.push(id),
+                    // This worker asked for it, or its owner handed it to this worker: no
+                    // herd, and (segmented) no ceiling — the releaser chose the room for it.
+                    Some(bid) if bid.bidder == me && bid.at <= released => {
+                        candidates.push(id);
+                        handed.insert(id);
+                    }
                     // Another worker asked for it and was answered: it is that worker's. Taking
                     // it here would leave the bidder as starved as before, so it would bid
                     // again and the fleet would pass one stream around for ever (found by the
@@ -231,16 +236,35 @@ pub fn plan(
     // is releasing (held back too) leave room as they go.
     candidates.retain(|id| !held_back.contains(*id));
     let running = owned.iter().filter(|s| !held_back.contains(*s)).count();
-    let room = ceiling.saturating_sub(running).min(limits.per_round);
-    let acquire: Vec<String> = candidates
-        .iter()
-        .take(room)
-        .map(|s| s.to_string())
-        .collect();
+    let room = ceiling.saturating_sub(running);
+    // With segments, a takeover — a lapsed lease, a release nobody was named for, a stream
+    // handed to this worker — is not held to the share: the worker that sees it may be the
+    // only one that does this interval (the standby reader of a dead member's segment). It
+    // takes all it sees, up to `MAX_STREAMS`, and hands the excess on (a shed whose streams
+    // are each named for a member with room, see `Census::handoffs`).
+    let takeover_room = limits.max_streams.saturating_sub(running);
+    let mut acquire: Vec<String> = Vec::new();
+    let (mut ordinary, mut takeovers) = (0, 0);
+    for id in &candidates {
+        let takeover = census.is_some() && (place.contains_key(id) || handed.contains(id));
+        takeovers += usize::from(takeover);
+        if acquire.len() >= limits.per_round {
+            continue;
+        }
+        if takeover && acquire.len() < takeover_room {
+            acquire.push(id.to_string());
+        } else if !takeover && ordinary < room && acquire.len() < takeover_room.max(room) {
+            ordinary += 1;
+            acquire.push(id.to_string());
+        }
+    }
     let deferred = candidates.len() - acquire.len();
 
     let mut shed = Vec::new();
-    if owned.len() > target + 1 {
+    // With segments, no shed while a takeover is under way: the streams taken beyond the
+    // share are handed on once it is over.
+    let taking_over = takeovers > 0 && takeover_room > 0;
+    if owned.len() > target + 1 && !taking_over {
         let mut mine: Vec<&String> = owned.iter().collect();
         // Shed the streams this worker ranks worst, so the choice is stable across rounds.
         mine.sort_by_key(|id| std::cmp::Reverse((rank(me, id), id.as_str())));
@@ -523,7 +547,7 @@ pub fn herd_delay_ms(position: usize) -> i64 {
 /// A stable per-(worker, stream) preference: FNV-1a of both names, then the splitmix64
 /// finaliser (FNV alone leaves names that differ in their last characters, `s-1960`…`s-1979`,
 /// next to each other in every worker's order, so workers contended for the same runs).
-fn rank(me: &str, stream: &str) -> u64 {
+pub(super) fn rank(me: &str, stream: &str) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in me.bytes().chain([0u8]).chain(stream.bytes()) {
         hash ^= u64::from(byte);

@@ -101,6 +101,9 @@ pub struct Round {
     pub bid: Option<String>,
     /// Streams this worker runs to release, and why.
     pub release: Vec<(String, ReleaseReason)>,
+    /// Segmented discovery: to whom the shed streams go, (stream, member); written to this
+    /// worker's membership item before the releases are sent.
+    pub handoffs: Vec<(String, String)>,
     /// Gauges to publish.
     pub gauges: Gauges,
     pub(super) target: usize,

@@ -77,11 +77,12 @@ impl Supervision {
             self.settings.fleet_poll.min(FLEET_POLL_DRAINING)
         };
         // Segmented discovery's scans read the signal's item only in its segment's reads,
-        // about two an interval for the whole fleet (its owner's and a rotating reader's): as
-        // if the fleet's scans came owners / 2 times further apart.
+        // about three an interval for the whole fleet (its owner's, its standby's and a
+        // rotating reader's): as if the fleet's scans came owners / 3 times further apart.
         let owners = self.contenders.len() + 1;
         let scan = if self.segmented() {
-            self.settings.scan.mul_f64(owners as f64 / 2.0)
+            let readers = lease_table::members::SEGMENT_READS_PER_SCAN as f64;
+            self.settings.scan.mul_f64(owners as f64 / readers)
         } else {
             self.settings.scan
         };

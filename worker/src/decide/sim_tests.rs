@@ -186,9 +186,25 @@ impl Sim {
                 );
             }
         }
+        if let Some(m) = self.members.as_mut().and_then(|m| m.get_mut(&me)) {
+            if !round.handoffs.is_empty() {
+                m.handoff = round.handoffs.clone();
+                m.handoff_at = now_ms;
+            }
+        }
         for (stream, _) in &round.release {
             if let Some(slot) = self.workers[w].owned.get_mut(stream) {
                 slot.1 = true;
+            }
+        }
+        if self.members.is_some() && !round.release.is_empty() {
+            // Segmented: the releases are announced (the worker bumps the fleet signal once
+            // they are done, next tick here), and each worker reads the signal a tick later.
+            self.generation += 1;
+            for r in 0..self.workers.len() {
+                if self.workers[r].alive && r != w {
+                    self.fleet_reads.push((self.now + 2 * TICK_MS, r));
+                }
             }
         }
         let owned: HashSet<String> = self.workers[w].owned.keys().cloned().collect();
@@ -213,20 +229,25 @@ impl Sim {
             expires_at: now_ms + LEASE_MS,
             bid: entry.bid.clone(),
             draining: entry.draining,
+            handoff: entry.handoff.clone(),
+            handoff_at: entry.handoff_at,
             ..Member::default()
         };
         worker.core.on_members(members.values().cloned().collect());
-        let (own, total, rotating) = worker.core.next_segments(now_ms);
-        let segment = |item: &LeaseItem| segment_of(&item.stream_id, total);
-        let own_items = items.iter().filter(|i| segment(i) == own).count();
-        let followed = worker.core.bid_to_follow(now_ms).map(|b| b.stream_id);
+        let segments = worker.core.next_segments(now_ms);
+        let read = segments.read();
+        let segment = |item: &LeaseItem| segment_of(&item.stream_id, segments.total);
+        let own_items = items.iter().filter(|i| segment(i) == segments.own).count();
+        let owned: HashSet<String> = worker.owned.keys().cloned().collect();
+        let followed: Vec<String> = worker
+            .core
+            .streams_to_follow(now_ms, &owned)
+            .into_iter()
+            .map(|b| b.stream_id)
+            .collect();
         let seen: Vec<LeaseItem> = items
             .into_iter()
-            .filter(|i| {
-                segment(i) == own
-                    || Some(segment(i)) == rotating
-                    || followed.as_deref() == Some(i.stream_id.as_str())
-            })
+            .filter(|i| read.contains(&segment(i)) || followed.contains(&i.stream_id))
             .collect();
         let bids = bids
             .into_iter()

@@ -15,6 +15,26 @@ impl Supervisor {
             budget_ms = budget.as_millis() as u64,
             "draining"
         );
+        // Segmented discovery marks its membership item (instead of growing the signal's set)
+        // and names who takes each of its streams, before any is released: a member reading
+        // the item after the signal's bump finds the streams handed to it, which may lie in
+        // none of its segments.
+        let mut membership = self.membership.take();
+        if let Some(membership) = &mut membership {
+            let streams: Vec<String> = self.owned.keys().cloned().collect();
+            let handoffs = self.core.handoffs(&streams, true, lease_table::now_ms());
+            let left = deadline.saturating_duration_since(Instant::now());
+            let held = self.owned.len();
+            membership
+                .draining(
+                    &self.shared.table,
+                    &self.core,
+                    held,
+                    handoffs,
+                    FLEET_TIMEOUT.min(left),
+                )
+                .await;
+        }
         for owned in self.owned.values_mut() {
             owned.releasing = true;
             let _ = owned.control.send(Control::Release {
@@ -26,20 +46,6 @@ impl Supervisor {
         // While the streams flush: tell the fleet this worker is draining, so the others stop
         // counting it as a live owner (their share grows to cover its streams) and look at once.
         // (Even with nothing owned: a starved worker's last bids would otherwise count it live.)
-        // Segmented discovery marks its membership item instead of growing the signal's set.
-        let mut membership = self.membership.take();
-        if let Some(membership) = &mut membership {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let held = self.owned.len();
-            membership
-                .draining(
-                    &self.shared.table,
-                    &self.core,
-                    held,
-                    FLEET_TIMEOUT.min(left),
-                )
-                .await;
-        }
         let mark = membership.is_none().then_some(true);
         self.fleet_bump(mark, deadline).await;
         let mut unconfirmed = 0;
