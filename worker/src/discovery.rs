@@ -331,19 +331,23 @@ impl Supervisor {
                 Err(e) => tracing::warn!(%stream_id, error = %e, "bid failed"),
             }
         }
-        if let (Some(membership), false) = (&mut self.membership, round.handoffs.is_empty()) {
-            // Segmented: who takes each shed stream, in the membership item before the
-            // releases (the named members read it after the signal announces them).
-            let held = self.owned.len();
-            membership
-                .on_handoff(
-                    &self.shared.table,
-                    &self.core,
-                    held,
-                    round.handoffs.clone(),
-                    FLEET_TIMEOUT,
-                )
-                .await;
+        if let Some(membership) = &mut self.membership {
+            // Segmented: free streams pointed out ride with the next heartbeat; who takes
+            // each shed stream is written now, before the releases (the named members read it
+            // after the signal announces them).
+            membership.point(round.pointers.clone());
+            if !round.handoffs.is_empty() {
+                let held = self.owned.len();
+                membership
+                    .on_handoff(
+                        &self.shared.table,
+                        &self.core,
+                        held,
+                        round.handoffs.clone(),
+                        FLEET_TIMEOUT,
+                    )
+                    .await;
+            }
         }
         for (stream_id, reason) in &round.release {
             self.release_one(stream_id, *reason);

@@ -27,6 +27,8 @@ pub struct Membership {
     /// The last handoffs (stream → member) and when they were decided (Unix ms), carried in
     /// the heartbeat while fresh.
     handoff: (Vec<(String, String)>, i64),
+    /// Free streams pointed out since the last heartbeat, for the next.
+    pointers: Vec<(String, String)>,
 }
 
 impl Membership {
@@ -58,7 +60,8 @@ impl Membership {
         }
     }
 
-    /// Writes the heartbeat now; on success remembers it.
+    /// Writes the heartbeat now (with the streams pointed out since the last); on success
+    /// remembers it.
     async fn beat(
         &mut self,
         table: &LeaseTable,
@@ -67,6 +70,11 @@ impl Membership {
         draining: bool,
         timeout: Duration,
     ) -> Result<(), CallError> {
+        if !self.pointers.is_empty() {
+            let pointers = std::mem::take(&mut self.pointers);
+            let lease_ms = core.settings().lease.as_millis() as i64;
+            self.name(pointers, lease_table::now_ms(), lease_ms);
+        }
         let member = self.member(table, core, held, draining);
         table.heartbeat(&member, timeout).await?;
         self.last_beat = Some(Instant::now());
@@ -178,8 +186,9 @@ impl Membership {
         }
     }
 
-    /// A shed: `handoffs` name who takes each stream released. Written before the releases
-    /// are sent, so a member reading it after the fleet signal's bump finds its streams.
+    /// A shed: `handoffs` name who takes each stream released. Written at once, before the
+    /// releases are sent, so a member reading it after the fleet signal's bump finds its
+    /// streams; earlier names stay while fresh (a member may not have read them yet).
     pub async fn on_handoff(
         &mut self,
         table: &LeaseTable,
@@ -188,10 +197,40 @@ impl Membership {
         handoffs: Vec<(String, String)>,
         timeout: Duration,
     ) {
-        self.handoff = (handoffs, lease_table::now_ms());
+        let now_ms = lease_table::now_ms();
+        self.name(handoffs, now_ms, core.settings().lease.as_millis() as i64);
         if let Err(e) = self.beat(table, core, held, false, timeout).await {
             tracing::warn!(error = %e, "membership heartbeat with handoffs failed; the streams are released unassigned");
         }
+    }
+
+    /// Free streams this worker has no room for, each pointed out to a member with room: they
+    /// ride with the next heartbeat (no write of their own: during a cold start they change
+    /// every round).
+    pub fn point(&mut self, pointers: Vec<(String, String)>) {
+        if pointers.iter().any(|p| !self.handoff.0.contains(p)) {
+            self.pointers = pointers;
+        }
+    }
+
+    /// Adds `names` to the names carried, keeping the earlier ones still fresh.
+    fn name(&mut self, names: Vec<(String, String)>, now_ms: i64, lease_ms: i64) {
+        let mut merged: Vec<(String, String)> = if self.handoff.1 >= now_ms - lease_ms {
+            self.handoff
+                .0
+                .iter()
+                .filter(|(s, _)| !names.iter().any(|(h, _)| h == s))
+                .cloned()
+                .collect()
+        } else {
+            Vec::new()
+        };
+        merged.extend(names);
+        let excess = merged
+            .len()
+            .saturating_sub(lease_table::members::MAX_HANDOFFS);
+        merged.drain(..excess);
+        self.handoff = (merged, now_ms);
     }
 
     /// The start of a drain: the item says so, and the others stop counting this worker live.

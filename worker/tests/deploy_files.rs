@@ -1,7 +1,8 @@
 //! Keeps `deploy/` honest against the worker, offline: every JSON file parses; the task
 //! definition sets only environment variables the worker accepts (`lease_worker::ENV_VARS`) and
 //! leaves unset only the ones named here with a reason; the IAM policy grants exactly the DynamoDB
-//! actions the worker calls (`lease_worker::DYNAMODB_ACTIONS`) on the lease table only; the
+//! actions the worker calls (`lease_worker::DYNAMODB_ACTIONS`) on the lease table and
+//! (`MEMBERS_DYNAMODB_ACTIONS`) on the membership table, nothing else; the
 //! CloudFormation template says the same as the JSON files; the Dockerfile runs the binary as
 //! PID 1. `cfn-lint` and `hadolint` run in `deploy/check.sh`, not here (they need Python).
 
@@ -16,7 +17,7 @@ use lease_worker::config::{
     DEFAULT_SKEW_MARGIN_MS, ECS_METADATA_ENV,
 };
 use lease_worker::metrics::Metrics;
-use lease_worker::{Cli, DYNAMODB_ACTIONS, ENV_VARS};
+use lease_worker::{Cli, DYNAMODB_ACTIONS, ENV_VARS, MEMBERS_DYNAMODB_ACTIONS};
 use serde_json::Value;
 
 /// Variables the worker reads that the task definition deliberately does not set.
@@ -32,14 +33,6 @@ const LEFT_UNSET: &[(&str, &str)] = &[
     (
         "METRICS_ADDR_FILE",
         "for the harness, which binds port 0; ECS uses the fixed METRICS_ADDR",
-    ),
-    (
-        "DISCOVERY",
-        "full discovery (the default); segmented discovery is opt-in and not fit for production yet (worker README, Discovery at scale), and deploy/ creates no membership table",
-    ),
-    (
-        "MEMBERS_TABLE",
-        "only with DISCOVERY=segmented, which this deployment does not use",
     ),
     (
         "CHAOS_SKIP_DEADLINE_CHECK",
@@ -356,49 +349,59 @@ fn service_rolls_out_100_200_with_circuit_breaker() {
 }
 
 #[test]
-fn task_role_policy_grants_exactly_the_workers_dynamodb_calls_on_the_table_only() {
+fn task_role_policy_grants_exactly_the_workers_dynamodb_calls_on_its_two_tables_only() {
     let policy = read_json("iam/task-role-policy.json");
     let statements = policy["Statement"].as_array().expect("Statement list");
-    let table = env_value(
-        &task_env(&read_json("ecs/task-definition.json")),
-        "LEASE_TABLE",
-    )
-    .to_owned();
+    let env = task_env(&read_json("ecs/task-definition.json"));
+    let lease_table = env_value(&env, "LEASE_TABLE").to_owned();
+    let members_table = env_value(&env, "MEMBERS_TABLE").to_owned();
 
-    let mut actions = Vec::new();
+    // Actions granted per table.
+    let mut granted: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     for statement in statements {
         assert_eq!(statement["Effect"], "Allow");
         assert!(
             statement.get("NotAction").is_none() && statement.get("NotResource").is_none(),
             "no NotAction/NotResource: they grant everything else"
         );
+        let actions = as_strings(&statement["Action"]);
+        assert!(
+            !actions.iter().any(|a| a.contains('*')),
+            "wildcard action in {actions:?}"
+        );
         for resource in as_strings(&statement["Resource"]) {
             assert!(
                 !resource.contains('*'),
                 "resource {resource:?} has a wildcard"
             );
+            let table = resource
+                .strip_prefix("arn:aws:dynamodb:")
+                .and_then(|r| r.rsplit_once(":table/"))
+                .map(|(_, t)| t.to_owned())
+                .unwrap_or_else(|| panic!("resource {resource:?} is a DynamoDB table's ARN"));
             assert!(
-                resource.starts_with("arn:aws:dynamodb:")
-                    && resource.ends_with(&format!(":table/{table}")),
-                "resource {resource:?} is the lease table {table}'s ARN"
+                table == lease_table || table == members_table,
+                "resource {resource:?} is the lease table {lease_table} or the membership table {members_table}"
             );
+            granted.entry(table).or_default().extend(actions.clone());
         }
-        actions.extend(as_strings(&statement["Action"]));
     }
-    assert_eq!(
-        set(actions.iter().cloned()).len(),
-        actions.len(),
-        "an action is listed twice: {actions:?}"
-    );
-    assert!(
-        !actions.iter().any(|a| a.contains('*')),
-        "wildcard action in {actions:?}"
-    );
-    assert_eq!(
-        set(actions.iter().cloned()),
-        set(DYNAMODB_ACTIONS.iter().copied()),
-        "deploy/iam/task-role-policy.json must grant exactly the worker's DynamoDB calls"
-    );
+    for (table, expected, what) in [
+        (&lease_table, DYNAMODB_ACTIONS, "lease table"),
+        (&members_table, MEMBERS_DYNAMODB_ACTIONS, "membership table"),
+    ] {
+        let actions = granted.get(table).cloned().unwrap_or_default();
+        assert_eq!(
+            set(actions.iter().cloned()).len(),
+            actions.len(),
+            "an action is listed twice on the {what}: {actions:?}"
+        );
+        assert_eq!(
+            set(actions.iter().cloned()),
+            set(expected.iter().copied()),
+            "deploy/iam/task-role-policy.json must grant exactly the worker's DynamoDB calls on the {what}"
+        );
+    }
 }
 
 // ---- CloudFormation, read as text -------------------------------------------------------------
@@ -464,31 +467,45 @@ fn cloudformation_grants_the_same_least_privilege_policy() {
         );
     }
 
-    let policy = find_line(&lines, 0, "- PolicyName: lease-table");
-    let action = find_line(&lines, policy, "Action:");
-    let actions = list_items(&block(&lines, action), "- ");
-    assert_eq!(
-        set(actions.iter().cloned()),
-        set(DYNAMODB_ACTIONS.iter().copied()),
-        "the template's lease-table policy must grant exactly the worker's DynamoDB calls"
-    );
-    assert_eq!(
-        set(actions.iter().cloned()).len(),
-        actions.len(),
-        "an action is listed twice"
-    );
-    let resource = find_line(&lines, action, "Resource:");
-    assert_eq!(
-        block(&lines, resource),
-        vec!["Fn::GetAtt: [LeaseTable, Arn]".to_owned()],
-        "the lease-table policy's resource is the table's ARN only"
-    );
-    // Every dynamodb action anywhere in the template belongs to that one statement.
+    let mut listed = 0;
+    for (name, expected, arn) in [
+        (
+            "lease-table",
+            DYNAMODB_ACTIONS,
+            "Fn::GetAtt: [LeaseTable, Arn]",
+        ),
+        (
+            "members-table",
+            MEMBERS_DYNAMODB_ACTIONS,
+            "Fn::GetAtt: [MembersTable, Arn]",
+        ),
+    ] {
+        let policy = find_line(&lines, 0, &format!("- PolicyName: {name}"));
+        let action = find_line(&lines, policy, "Action:");
+        let actions = list_items(&block(&lines, action), "- ");
+        assert_eq!(
+            set(actions.iter().cloned()),
+            set(expected.iter().copied()),
+            "the template's {name} policy must grant exactly the worker's DynamoDB calls there"
+        );
+        assert_eq!(
+            set(actions.iter().cloned()).len(),
+            actions.len(),
+            "an action is listed twice"
+        );
+        let resource = find_line(&lines, action, "Resource:");
+        assert_eq!(
+            block(&lines, resource),
+            vec![arn.to_owned()],
+            "the {name} policy's resource is that table's ARN only"
+        );
+        listed += actions.len();
+    }
+    // Every dynamodb action anywhere in the template belongs to those two statements.
     let everywhere = text.matches("dynamodb:").count();
     assert_eq!(
-        everywhere,
-        actions.len(),
-        "dynamodb actions outside the lease-table policy"
+        everywhere, listed,
+        "dynamodb actions outside the two table policies"
     );
 }
 

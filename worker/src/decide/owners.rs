@@ -395,19 +395,33 @@ impl Supervision {
                 (s, reason)
             })
             .collect();
+        // Segmented: a shed stream goes to a member with room, named in this worker's
+        // membership item; one with nobody to go to is kept (released unnamed, it would be
+        // taken as a takeover, beyond a reader's share, and shed again).
+        let mut release = release;
+        let (handoffs, pointers) = match &census {
+            Some(census) => {
+                let shed: Vec<String> = release
+                    .iter()
+                    .filter(|(_, reason)| *reason == ReleaseReason::Shed)
+                    .map(|(s, _)| s.clone())
+                    .collect();
+                let handoffs = census.handoffs(&me, &shed, false);
+                release.retain(|(s, reason)| {
+                    *reason != ReleaseReason::Shed || handoffs.iter().any(|(h, _)| h == s)
+                });
+                // Free streams this worker has no room for are pointed out the same way: the
+                // member named reads each on its own and takes it if it still has room (a
+                // free stream's readers may all be full; the rotating reader comes to its
+                // segment only every few intervals).
+                (handoffs, census.handoffs(&me, &plan.stranded, false))
+            }
+            None => (Vec::new(), Vec::new()),
+        };
         let cooldown = self.settings.scan * 2;
         for (stream_id, _) in &release {
             self.hold_back(stream_id, now + cooldown);
         }
-        let shed: Vec<String> = release
-            .iter()
-            .filter(|(_, reason)| *reason == ReleaseReason::Shed)
-            .map(|(s, _)| s.clone())
-            .collect();
-        let handoffs = match &census {
-            Some(census) if !shed.is_empty() => census.handoffs(&me, &shed, false),
-            _ => Vec::new(),
-        };
         if let Some(stream) = &plan.bid {
             self.my_bid = Some((stream.clone(), now_ms));
         }
@@ -418,6 +432,7 @@ impl Supervision {
             bid: plan.bid,
             release,
             handoffs,
+            pointers,
             gauges,
             target: plan.target,
             deferred: plan.deferred,

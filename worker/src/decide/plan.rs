@@ -68,6 +68,9 @@ pub struct Plan {
     pub watch: Vec<(String, i64)>,
     /// Candidates that were acquirable but left for a later round.
     pub deferred: usize,
+    /// Segmented discovery: free streams this worker found but has no room for. Nobody else
+    /// may read their segment this interval; they are pointed out to members with room.
+    pub stranded: Vec<String>,
     /// A held stream on which to record a bid (this worker is below the fair share while an
     /// owner holds at least two more than it; the bid makes this worker count as a live owner
     /// for everyone, and asks that owner to hand the stream over).
@@ -130,7 +133,6 @@ pub fn plan(
     // Streams released in answer to a bid: reserved for their bidder while recent.
     let bid_on: HashMap<&str, &Bid> = bids.iter().map(|b| (b.stream_id.as_str(), b)).collect();
     let mut reserved: Vec<(&str, &str, i64)> = Vec::new();
-    let mut handed: HashSet<&str> = HashSet::new();
     for item in items {
         let id = item.stream_id.as_str();
         if owned.contains(id) {
@@ -141,12 +143,8 @@ pub fn plan(
             (None, _) if released_at(item, now_ms).is_some() => {
                 let released = released_at(item, now_ms).unwrap_or(0);
                 match bid_on.get(id) {
-                    // This worker asked for it, or its owner handed it to this worker: no
-                    // herd, and (segmented) no ceiling — the releaser chose the room for it.
-                    Some(bid) if bid.bidder == me && bid.at <= released => {
-                        candidates.push(id);
-                        handed.insert(id);
-                    }
+                    // This worker asked for it, or its owner handed it to this worker: no herd.
+                    Some(bid) if bid.bidder == me && bid.at <= released => candidates.push(id),
                     // Another worker asked for it and was answered: it is that worker's. Taking
                     // it here would leave the bidder as starved as before, so it would bid
                     // again and the fleet would pass one stream around for ever (found by the
@@ -237,16 +235,19 @@ pub fn plan(
     candidates.retain(|id| !held_back.contains(*id));
     let running = owned.iter().filter(|s| !held_back.contains(*s)).count();
     let room = ceiling.saturating_sub(running);
-    // With segments, a takeover — a lapsed lease, a release nobody was named for, a stream
-    // handed to this worker — is not held to the share: the worker that sees it may be the
-    // only one that does this interval (the standby reader of a dead member's segment). It
-    // takes all it sees, up to `MAX_STREAMS`, and hands the excess on (a shed whose streams
-    // are each named for a member with room, see `Census::handoffs`).
+    // With segments, a takeover — a lapsed lease, a release nobody was named for — is not
+    // held to the share: the worker that sees it may be the only one that does this interval
+    // (the standby reader of a dead member's segment). It takes all it sees, up to
+    // `MAX_STREAMS`, and hands the excess on (a shed whose streams are each named for a member
+    // with room, see `Census::handoffs`). A stream named for this worker, like a free one, is
+    // held to the share + 1: taking it beyond would start a shed of its own, and with counts a
+    // little stale, streams would be passed around.
     let takeover_room = limits.max_streams.saturating_sub(running);
     let mut acquire: Vec<String> = Vec::new();
     let (mut ordinary, mut takeovers) = (0, 0);
+    let mut stranded = Vec::new();
     for id in &candidates {
-        let takeover = census.is_some() && (place.contains_key(id) || handed.contains(id));
+        let takeover = census.is_some() && place.contains_key(id);
         takeovers += usize::from(takeover);
         if acquire.len() >= limits.per_round {
             continue;
@@ -256,6 +257,8 @@ pub fn plan(
         } else if !takeover && ordinary < room && acquire.len() < takeover_room.max(room) {
             ordinary += 1;
             acquire.push(id.to_string());
+        } else if !takeover && census.is_some() && ordinary >= room {
+            stranded.push(id.to_string());
         }
     }
     let deferred = candidates.len() - acquire.len();
@@ -334,6 +337,7 @@ pub fn plan(
         shed,
         watch,
         deferred,
+        stranded,
         bid,
         honoured,
         lapsed,

@@ -104,6 +104,9 @@ pub struct Round {
     /// Segmented discovery: to whom the shed streams go, (stream, member); written to this
     /// worker's membership item before the releases are sent.
     pub handoffs: Vec<(String, String)>,
+    /// Segmented discovery: free streams this worker has no room for, each pointed out to a
+    /// member with room, (stream, member); carried by the next heartbeat.
+    pub pointers: Vec<(String, String)>,
     /// Gauges to publish.
     pub gauges: Gauges,
     pub(super) target: usize,

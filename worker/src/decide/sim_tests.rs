@@ -187,8 +187,9 @@ impl Sim {
             }
         }
         if let Some(m) = self.members.as_mut().and_then(|m| m.get_mut(&me)) {
-            if !round.handoffs.is_empty() {
+            if !round.handoffs.is_empty() || !round.pointers.is_empty() {
                 m.handoff = round.handoffs.clone();
+                m.handoff.extend(round.pointers.iter().cloned());
                 m.handoff_at = now_ms;
             }
         }
