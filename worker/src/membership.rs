@@ -110,33 +110,35 @@ impl Membership {
         }
         let segments = core.next_segments(lease_table::now_ms());
         let total = segments.total;
-        let own_scan = table.scan(page_timeout, consistent, Some((segments.own, total)));
-        let others = futures_util::future::join_all(
-            segments
-                .standby
-                .into_iter()
-                .chain(segments.rotating)
-                .map(|other| table.scan(page_timeout, consistent, Some((other, total)))),
-        );
-        let (own_view, other_views) = tokio::join!(own_scan, others);
-        let mut view: ScanView = own_view?;
-        let own_items = view.items.len();
-        // A failed standby read fails the scan: a dead neighbour's leases are watched there.
-        for (other, is_standby) in other_views.into_iter().zip([true, false]) {
-            match other {
+        // Own, standby, rotating (`Segments::read`), together. A failed own or standby read
+        // fails the scan (a dead neighbour's leases are watched in the standby segment).
+        let read = segments.read();
+        let views = futures_util::future::join_all(
+            read.iter()
+                .map(|segment| table.scan(page_timeout, consistent, Some((*segment, total)))),
+        )
+        .await;
+        let mut view = ScanView::default();
+        let mut own_items = 0;
+        for (i, scanned) in views.into_iter().enumerate() {
+            match scanned {
                 Ok(other) => {
+                    if i == 0 {
+                        own_items = other.items.len();
+                    }
                     view.items.extend(other.items);
                     view.bids.extend(other.bids);
                 }
-                Err(e) if is_standby => return Err(e),
-                Err(e) => tracing::debug!(error = %e, "rotating segment read failed"),
+                Err(e) if Some(read[i]) == segments.rotating => {
+                    tracing::debug!(error = %e, "rotating segment read failed")
+                }
+                Err(e) => return Err(e),
             }
         }
         // The stream this worker bid on and those handed to it: the release is this worker's
         // to take, and the stream may lie in no segment read.
-        let owned = held_streams;
         let followed: Vec<_> = core
-            .streams_to_follow(lease_table::now_ms(), owned)
+            .streams_to_follow(lease_table::now_ms(), held_streams)
             .into_iter()
             .filter(|b| !view.items.iter().any(|i| i.stream_id == b.stream_id))
             .collect();
