@@ -266,6 +266,7 @@ impl Supervisor {
         };
         match scanned {
             Ok(items) => {
+                tracing::debug!(items, consistent, took = ?began.elapsed(), "discovery scan");
                 self.shared.metrics.scans.inc();
                 if !self.readiness.scanned.swap(true, Ordering::Relaxed) {
                     tracing::info!(streams = items, "first discovery scan done; ready");
@@ -309,7 +310,19 @@ impl Supervisor {
                 }
             });
         }
+        let held_before = self.owned.len();
         let raced = self.acquire_all(&round.acquire).await;
+        tracing::debug!(
+            held_before,
+            held = self.owned.len(),
+            share = round.gauges.fair_share,
+            live_owners = round.gauges.live_owners,
+            unowned = round.gauges.unowned,
+            tried = round.acquire.len(),
+            raced,
+            write_window = self.shared.table.write_window(),
+            "acquire round"
+        );
         if let Some(stream_id) = &round.bid {
             tracing::debug!(%stream_id, target = round.gauges.fair_share, owned = self.owned.len(), "starved below the fair share; bidding");
             match self.shared.table.bid(stream_id, AWS_CALL_TIMEOUT).await {

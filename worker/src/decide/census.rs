@@ -383,7 +383,7 @@ mod tests {
 
     #[test]
     fn the_heartbeat_is_due_first_and_every_half_renew_interval() {
-        let core = Supervision::new(super::super::sim_tests::settings(), "me");
+        let core = Supervision::new(super::super::sim::settings(), "me");
         let t0 = Instant::now();
         let half = core.settings().renew / 2;
         assert!(core.heartbeat_due(None, t0));

@@ -33,6 +33,8 @@ mod plan_tests;
 #[cfg(test)]
 mod segmented_tests;
 #[cfg(test)]
+mod sim;
+#[cfg(test)]
 mod sim_tests;
 #[cfg(test)]
 mod supervision_tests;

@@ -5,7 +5,7 @@
 //! streams as fast as with full scans.
 
 use super::plan::HERD_JITTER_MS;
-use super::sim_tests::{Sim, LEASE_MS, SKEW_MS, TICK_MS};
+use super::sim::{Sim, LEASE_MS, SKEW_MS, TICK_MS};
 use proptest::prelude::*;
 use std::collections::HashMap;
 

@@ -1,7 +1,7 @@
 //! Unit tests of the supervisor core ([`Supervision`]) on hand-made views: another process
 //! under this worker's id, a stream lost unconfirmed.
 
-use super::sim_tests::{settings, LEASE_MS, SKEW_MS};
+use super::sim::{settings, LEASE_MS, SKEW_MS};
 use super::*;
 use lease_table::LeaseItem;
 use std::collections::HashMap;
