@@ -227,14 +227,7 @@ impl DynamoLocal {
             dir.display(),
             proc.pid()
         );
-        let client = lease_table::local_client(&endpoint);
-        let mut backend = Backend::Process(proc);
-        wait_ready(&client, &endpoint, options.ready_timeout, &mut backend).await?;
-        Ok(DynamoLocal {
-            endpoint,
-            client,
-            backend,
-        })
+        Self::started(endpoint, Backend::Process(proc), options.ready_timeout).await
     }
 
     async fn moto(options: &Options) -> Result<Self, ProvisionError> {
@@ -253,14 +246,7 @@ impl DynamoLocal {
             python.display(),
             proc.pid()
         );
-        let client = lease_table::local_client(&endpoint);
-        let mut backend = Backend::Process(proc);
-        wait_ready(&client, &endpoint, options.ready_timeout, &mut backend).await?;
-        Ok(DynamoLocal {
-            endpoint,
-            client,
-            backend,
-        })
+        Self::started(endpoint, Backend::Process(proc), options.ready_timeout).await
     }
 
     async fn container(options: &Options) -> Result<Self, ProvisionError> {
@@ -268,9 +254,19 @@ impl DynamoLocal {
         let container = docker::Container::start().await?;
         let endpoint = container.endpoint().to_string();
         eprintln!("dynamodb-local: DynamoDB Local container (testcontainers) at {endpoint}");
+        let backend = Backend::Container(Box::new(container));
+        Self::started(endpoint, backend, options.ready_timeout).await
+    }
+
+    /// Connects to a server this guard started and waits until it answers; on failure the
+    /// backend is dropped, which stops the server.
+    async fn started(
+        endpoint: String,
+        mut backend: Backend,
+        timeout: Duration,
+    ) -> Result<Self, ProvisionError> {
         let client = lease_table::local_client(&endpoint);
-        let mut backend = Backend::Container(Box::new(container));
-        wait_ready(&client, &endpoint, options.ready_timeout, &mut backend).await?;
+        wait_ready(&client, &endpoint, timeout, &mut backend).await?;
         Ok(DynamoLocal {
             endpoint,
             client,

@@ -8,6 +8,7 @@
 //! metrics belong to the caller; these functions never retry and never read a clock.
 
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
 use aws_sdk_dynamodb::Client;
@@ -271,17 +272,8 @@ pub async fn renew_until(
         update.push_str(", checkpoint = :cp");
         condition.push_str(CHECKPOINT_NOT_BACK);
     }
-    let mut request = client
-        .update_item()
-        .table_name(table)
-        .key(attr::STREAM_ID, s(stream_id))
-        .update_expression(update)
-        .condition_expression(condition)
-        .expression_attribute_values(":me", s(holder.owner_id))
-        .expression_attribute_values(":token", n(holder.fence_token))
-        .expression_attribute_values(":expires", n(expires_ms))
-        .expression_attribute_values(":now", n(now_ms))
-        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+    let mut request = held_write(client, table, stream_id, holder, update, condition, now_ms)
+        .expression_attribute_values(":expires", n(expires_ms));
     if let Some(cp) = checkpoint {
         request = request.expression_attribute_values(":cp", n(cp));
     }
@@ -303,21 +295,18 @@ pub async fn checkpoint(
     checkpoint: u64,
     now_ms: i64,
 ) -> Result<Outcome<()>, OpError> {
-    let result = client
-        .update_item()
-        .table_name(table)
-        .key(attr::STREAM_ID, s(stream_id))
-        .update_expression("SET checkpoint = :cp, updated_at = :now")
-        .condition_expression(format!(
-            "owner_id = :me AND fence_token = :token{CHECKPOINT_NOT_BACK}"
-        ))
-        .expression_attribute_values(":me", s(holder.owner_id))
-        .expression_attribute_values(":token", n(holder.fence_token))
-        .expression_attribute_values(":cp", n(checkpoint))
-        .expression_attribute_values(":now", n(now_ms))
-        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-        .send()
-        .await;
+    let result = held_write(
+        client,
+        table,
+        stream_id,
+        holder,
+        "SET checkpoint = :cp, updated_at = :now",
+        format!("owner_id = :me AND fence_token = :token{CHECKPOINT_NOT_BACK}"),
+        now_ms,
+    )
+    .expression_attribute_values(":cp", n(checkpoint))
+    .send()
+    .await;
     done_or_refused("checkpoint", stream_id, result)
 }
 
@@ -336,21 +325,43 @@ pub async fn release(
     } else {
         "SET updated_at = :now REMOVE owner_id, lease_expires_at, owner_instance"
     };
-    let mut request = client
-        .update_item()
-        .table_name(table)
-        .key(attr::STREAM_ID, s(stream_id))
-        .update_expression(update)
-        .condition_expression("owner_id = :me AND fence_token = :token")
-        .expression_attribute_values(":me", s(holder.owner_id))
-        .expression_attribute_values(":token", n(holder.fence_token))
-        .expression_attribute_values(":now", n(now_ms))
-        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+    let mut request = held_write(
+        client,
+        table,
+        stream_id,
+        holder,
+        update,
+        "owner_id = :me AND fence_token = :token",
+        now_ms,
+    );
     if let Some(cp) = checkpoint {
         request = request.expression_attribute_values(":cp", n(cp));
     }
     let result = request.send().await;
     done_or_refused("release", stream_id, result)
+}
+
+/// The `UpdateItem` of a lease `holder` writes to `stream_id` at `now_ms`: `:me`, `:token` and
+/// `:now` bound for `update` and `condition`, and the item asked back when the condition refuses.
+fn held_write(
+    client: &Client,
+    table: &str,
+    stream_id: &str,
+    holder: Holder<'_>,
+    update: impl Into<String>,
+    condition: impl Into<String>,
+    now_ms: i64,
+) -> UpdateItemFluentBuilder {
+    client
+        .update_item()
+        .table_name(table)
+        .key(attr::STREAM_ID, s(stream_id))
+        .update_expression(update)
+        .condition_expression(condition)
+        .expression_attribute_values(":me", s(holder.owner_id))
+        .expression_attribute_values(":token", n(holder.fence_token))
+        .expression_attribute_values(":now", n(now_ms))
+        .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
 }
 
 /// The fleet signal as read from [`crate::FLEET_ITEM`].

@@ -2,6 +2,7 @@
 //! same port. Handlers validate and translate; the feed, faults and connections do the work.
 
 use std::collections::BTreeMap;
+use std::ops::RangeInclusive;
 use std::sync::Arc;
 
 use axum::extract::rejection::JsonRejection;
@@ -16,7 +17,7 @@ use serde::Serialize;
 
 use crate::connection::{self, Start};
 use crate::faults::Faults;
-use crate::feed::ProductionState;
+use crate::feed::{ProductionState, Stream};
 use crate::state::{Shared, Status};
 
 /// The whole HTTP surface.
@@ -134,23 +135,10 @@ async fn produce_stream(
     Path(id): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Response {
-    let Some(stream) = shared.feed.stream(&id) else {
-        return error(StatusCode::NOT_FOUND, format!("unknown stream {id:?}"));
+    let (stream, count) = match stream_and_count(&shared, &id, query.as_deref(), 0..=MAX_COUNT) {
+        Ok(found) => found,
+        Err((status, reason)) => return error(status, reason),
     };
-    let mut count = 1;
-    for pair in query.as_deref().unwrap_or("").split('&') {
-        if let Some(value) = pair.strip_prefix("count=") {
-            match value.parse::<u64>() {
-                Ok(n) if n <= 1_000_000 => count = n,
-                _ => {
-                    return error(
-                        StatusCode::BAD_REQUEST,
-                        format!("count={value:?} is invalid: give an integer 0..=1000000"),
-                    )
-                }
-            }
-        }
-    }
     match shared.feed.produce_now(stream, count) {
         Some(last_seq) => {
             Json(serde_json::json!({ "stream_id": id, "last_seq": last_seq })).into_response()
@@ -166,23 +154,10 @@ async fn gap_stream(
     Path(id): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Response {
-    let Some(stream) = shared.feed.stream(&id) else {
-        return error(StatusCode::NOT_FOUND, format!("unknown stream {id:?}"));
+    let (stream, count) = match stream_and_count(&shared, &id, query.as_deref(), 1..=MAX_COUNT) {
+        Ok(found) => found,
+        Err((status, reason)) => return error(status, reason),
     };
-    let mut count = 1;
-    for pair in query.as_deref().unwrap_or("").split('&') {
-        if let Some(value) = pair.strip_prefix("count=") {
-            match value.parse::<u64>() {
-                Ok(n) if (1..=1_000_000).contains(&n) => count = n,
-                _ => {
-                    return error(
-                        StatusCode::BAD_REQUEST,
-                        format!("count={value:?} is invalid: give an integer 1..=1000000"),
-                    )
-                }
-            }
-        }
-    }
     match shared.feed.lose_now(stream, count) {
         Some((first, last)) => {
             Json(serde_json::json!({ "stream_id": id, "lost_from": first, "lost_to": last }))
@@ -190,6 +165,41 @@ async fn gap_stream(
         }
         None => error(StatusCode::CONFLICT, "production is stopped for good"),
     }
+}
+
+/// The most events one `produce` or `gap` call may name.
+const MAX_COUNT: u64 = 1_000_000;
+
+/// The stream `id` and the `count` (default 1, within `allowed`) an admin call names, or why it
+/// is refused: 404 for an unknown stream, 400 for a bad count. Other parameters are ignored.
+fn stream_and_count<'a>(
+    shared: &'a Shared,
+    id: &str,
+    query: Option<&str>,
+    allowed: RangeInclusive<u64>,
+) -> Result<(&'a Arc<Stream>, u64), (StatusCode, String)> {
+    let Some(stream) = shared.feed.stream(id) else {
+        return Err((StatusCode::NOT_FOUND, format!("unknown stream {id:?}")));
+    };
+    let mut count = 1;
+    for pair in query.unwrap_or("").split('&') {
+        if let Some(value) = pair.strip_prefix("count=") {
+            match value.parse::<u64>() {
+                Ok(n) if allowed.contains(&n) => count = n,
+                _ => {
+                    return Err((
+                        StatusCode::BAD_REQUEST,
+                        format!(
+                            "count={value:?} is invalid: give an integer {}..={}",
+                            allowed.start(),
+                            allowed.end()
+                        ),
+                    ))
+                }
+            }
+        }
+    }
+    Ok((stream, count))
 }
 
 /// `POST /admin/streams/{id}/skip`: the next sequence is never sent, and no gap notice says so.

@@ -277,17 +277,7 @@ impl LeaseTable {
         stream_id: &str,
         timeout: Duration,
     ) -> Result<bool, CallError> {
-        let get = async {
-            lease_table::get(&self.client, &self.table, stream_id)
-                .await
-                .map(Outcome::Done)
-                .map_err(|e| OpError {
-                    op: "get",
-                    stream_id: stream_id.to_string(),
-                    kind: ErrorKind::Other,
-                    message: e.to_string(),
-                })
-        };
+        let get = async { self.get_item(stream_id).await.map(Outcome::Done) };
         let Outcome::Done(Some(item)) = self.timed("get", timeout, get).await? else {
             return Ok(false);
         };
@@ -395,17 +385,19 @@ impl LeaseTable {
         stream_id: &str,
         timeout: Duration,
     ) -> Result<Option<LeaseItem>, CallError> {
-        let read = async {
-            lease_table::get(&self.client, &self.table, stream_id)
-                .await
-                .map_err(|e| OpError {
-                    op: "get",
-                    stream_id: stream_id.to_string(),
-                    kind: ErrorKind::Other,
-                    message: e.to_string(),
-                })
-        };
-        self.read("get", timeout, read).await
+        self.read("get", timeout, self.get_item(stream_id)).await
+    }
+
+    /// One consistent `GetItem` of `stream_id`, unbounded and uncounted (the caller times it).
+    async fn get_item(&self, stream_id: &str) -> Result<Option<LeaseItem>, OpError> {
+        lease_table::get(&self.client, &self.table, stream_id)
+            .await
+            .map_err(|e| OpError {
+                op: "get",
+                stream_id: stream_id.to_string(),
+                kind: ErrorKind::Other,
+                message: e.to_string(),
+            })
     }
 
     /// A read (`op`) bounded by `timeout` and counted, outside the congestion window (which

@@ -34,17 +34,14 @@ impl Validator<'_> {
             let Some(seconds) = f.duration_seconds else {
                 return Ok(None);
             };
-            let ms = self.positive_ms(&at("duration_seconds"), seconds)?;
-            if at_ms + ms > run.duration_ms {
-                return Err(self.err(
-                    &at("duration_seconds"),
-                    format!(
-                        "the fault ends at {}s, after the run's end ({}s); omit duration_seconds to keep it until the end",
-                        (at_ms + ms) as f64 / 1000.0,
-                        run.duration_ms as f64 / 1000.0
-                    ),
-                ));
-            }
+            let ms = self.ends_in_run(
+                &at("duration_seconds"),
+                seconds,
+                at_ms,
+                run,
+                "the fault",
+                "; omit duration_seconds to keep it until the end",
+            )?;
             Ok(Some(ms))
         };
         let link = || -> Result<Link, ScenarioError> {

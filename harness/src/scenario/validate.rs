@@ -43,6 +43,31 @@ impl Validator<'_> {
         }
     }
 
+    /// A fault's `duration_seconds` in milliseconds: positive, and over by the run's end when
+    /// the fault starts at `at_ms`. Otherwise the error says when `what` ends, then `advice`.
+    pub(super) fn ends_in_run(
+        &self,
+        field: &str,
+        seconds: f64,
+        at_ms: u64,
+        run: &RunTimes,
+        what: &str,
+        advice: &str,
+    ) -> Result<u64, ScenarioError> {
+        let ms = self.positive_ms(field, seconds)?;
+        if at_ms + ms > run.duration_ms {
+            return Err(self.err(
+                field,
+                format!(
+                    "{what} ends at {}s, after the run's end ({}s){advice}",
+                    (at_ms + ms) as f64 / 1000.0,
+                    run.duration_ms as f64 / 1000.0
+                ),
+            ));
+        }
+        Ok(ms)
+    }
+
     pub fn resolve(&self, raw: RawScenario) -> Result<Scenario, ScenarioError> {
         if raw.name.trim().is_empty() {
             return Err(self.err("name", "must not be empty"));
@@ -300,17 +325,14 @@ impl Validator<'_> {
                             "action \"pause\" needs duration_seconds",
                         )
                     })?;
-                    let duration_ms = self.positive_ms(&at("duration_seconds"), seconds)?;
-                    if at_ms + duration_ms > run.duration_ms {
-                        return Err(self.err(
-                            &at("duration_seconds"),
-                            format!(
-                                "the pause ends at {}s, after the run's end ({}s): resume must happen inside the run",
-                                (at_ms + duration_ms) as f64 / 1000.0,
-                                run.duration_ms as f64 / 1000.0
-                            ),
-                        ));
-                    }
+                    let duration_ms = self.ends_in_run(
+                        &at("duration_seconds"),
+                        seconds,
+                        at_ms,
+                        run,
+                        "the pause",
+                        ": resume must happen inside the run",
+                    )?;
                     FaultAction::Pause {
                         target: target()?,
                         duration_ms,
