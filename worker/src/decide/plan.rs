@@ -128,8 +128,8 @@ pub fn plan(
     let mut candidates: Vec<&str> = Vec::new();
     // Candidates every watcher could try at once: decided below, by herd rank.
     let mut contested: Vec<(&str, i64)> = Vec::new();
-    // Free streams neither just released nor named for anyone: ordered by the same lines.
-    let mut free: Vec<&str> = Vec::new();
+    // Free streams neither just released nor named for anyone (they are lined up below).
+    let mut free = 0;
     let mut watch = Vec::new();
     let mut held_by: HashMap<&str, Vec<&str>> = HashMap::new();
     // Streams released in answer to a bid: reserved for their bidder while recent.
@@ -157,7 +157,7 @@ pub fn plan(
             }
             (None, _) => {
                 candidates.push(id);
-                free.push(id);
+                free += 1;
             }
             (Some(owner), _) if owner == me => candidates.push(id),
             // Held with no expiry: the acquire condition can never hold; nothing to do.
@@ -225,17 +225,17 @@ pub fn plan(
 
     // Free streams, in full discovery with other owners known, stand in the same lines (with
     // no delay: nobody watches them), so workers with one view fill their room with different
-    // ones. By rank alone, the simulated cold start of 600 streams over 12 workers lost 322
-    // acquires to races (`a_cold_start_rarely_races`), and a worker that lost one waited for
-    // a consistent rescan — seconds, on a busy table. The lines cost a rank per free stream
-    // and contender: beyond [`FREE_LINES_BUDGET`] of them, rank alone.
+    // ones. In the simulated cold start of 600 streams over 12 workers 169 acquires lose a
+    // race, 228 by rank alone (`free_streams_in_lines_race_less_on_a_cold_start`), and a worker
+    // that lost one waits for a consistent rescan — seconds, on a busy table. The lines cost a
+    // rank per free stream and contender: beyond [`FREE_LINES_BUDGET`] of them, rank alone.
     let roomy: Vec<&str> = contenders
         .iter()
         .copied()
         .filter(|o| count(o) < target)
         .collect();
     let free_lines =
-        census.is_none() && !roomy.is_empty() && free.len() * roomy.len() <= FREE_LINES_BUDGET;
+        census.is_none() && !roomy.is_empty() && free * roomy.len() <= FREE_LINES_BUDGET;
     let line_place = |id: &str| match place.get(id) {
         Some(p) => *p,
         None if free_lines => herd_position(me, &roomy, id),
